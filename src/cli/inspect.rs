@@ -1,0 +1,195 @@
+//! Read-only commands: trail, chain, agent, status.
+
+use super::{open_engine, Cli};
+use agentledger::apply::ops_json;
+use agentledger::log::Topic;
+use agentledger::report;
+use anyhow::Result;
+use serde_json::json;
+
+pub fn trail(cli: &Cli, run: &str, chain: bool) -> Result<i32> {
+    let engine = open_engine(cli)?;
+    let steps = match report::collect_trail(engine.views(), run, chain) {
+        Ok(s) => s,
+        Err(e) if e.is_refusal() => {
+            eprintln!("agentledger: {e}");
+            return Ok(1);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for (r, s) in &steps {
+        if cli.json {
+            println!("{}", report::step_json(r, s));
+        } else {
+            println!("{}", report::step_line(r, s));
+        }
+    }
+    Ok(0)
+}
+
+pub fn chain(cli: &Cli, run: &str) -> Result<i32> {
+    let engine = open_engine(cli)?;
+    let views = engine.views();
+    let Some(state) = views.run(run)? else {
+        eprintln!("agentledger: unknown_run: no run {run:?} in the ledger");
+        return Ok(1);
+    };
+    let Some(root) = state.root.clone() else {
+        if cli.json {
+            println!(
+                "{}",
+                json!({"run": run, "root": null, "hop": null, "runs": [run]})
+            );
+        } else {
+            println!("{run}: chain unknown (opened without a recorded chain position)");
+        }
+        return Ok(0);
+    };
+    let chain = views.chain(&root)?;
+    let runs = chain.map(|c| c.runs).unwrap_or_default();
+    let mut rows = Vec::new();
+    for r in &runs {
+        if let Some(s) = views.run(r)? {
+            rows.push(s);
+        }
+    }
+    if cli.json {
+        println!(
+            "{}",
+            json!({"root": root, "runs": rows.iter().map(|s| json!({
+                "run": s.run, "agent": s.agent, "version": s.version, "hop": s.hop,
+                "status": s.status.map(|x| x.as_str()),
+                "source_run": s.trigger.as_ref().map(|t| t.source_run.clone()),
+                "withheld": ops_json::withheld_json(&s.withheld)})).collect::<Vec<_>>()})
+        );
+    } else {
+        println!("chain of {root}:");
+        for s in rows {
+            let status = s.status.map(|x| x.as_str()).unwrap_or("open");
+            let from = s
+                .trigger
+                .as_ref()
+                .map(|t| format!(" <- {} ({})", t.source_run, t.event))
+                .unwrap_or_default();
+            let w = if s.withheld.is_some() {
+                "  [events withheld]"
+            } else {
+                ""
+            };
+            println!(
+                "  hop {:<2} {:<22} {:<12} {status}{from}{w}",
+                s.hop.unwrap_or(0),
+                s.run,
+                s.agent
+            );
+        }
+    }
+    Ok(0)
+}
+
+pub fn agent(cli: &Cli, name: &str) -> Result<i32> {
+    let engine = open_engine(cli)?;
+    let versions = engine.views().versions(name)?;
+    if versions.is_empty() {
+        eprintln!("agentledger: unknown_agent: no agent {name:?} has been published");
+        return Ok(1);
+    }
+    for v in versions {
+        if cli.json {
+            let mut o = json!({"agent": v.agent, "version": v.version, "scope": v.scope, "listens": v.listens,
+                "emits": v.emits.iter().map(|e| json!({"event": e.event, "context": e.context, "artifacts": e.artifacts})).collect::<Vec<_>>(),
+                "access": v.access, "tool_budget": v.tool_budget});
+            let lc = ops_json::loop_check_json(&v.loop_check);
+            o["loop_check"] = lc;
+            println!("{o}");
+        } else {
+            println!(
+                "{} v{} ({}) listens [{}] emits [{}]",
+                v.agent,
+                v.version,
+                v.scope,
+                v.listens.join(", "),
+                v.emits
+                    .iter()
+                    .map(|e| e.event.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            for w in &v.loop_check.warnings {
+                println!(
+                    "  loop: {}{}",
+                    w.text,
+                    w.note
+                        .as_ref()
+                        .map(|n| format!(" ({n})"))
+                        .unwrap_or_default()
+                );
+            }
+            if v.loop_check.may_be_more {
+                println!("  there may be more loops than listed");
+            }
+            if let Some(t) = &v.loop_check.text {
+                println!("  {t}");
+            }
+        }
+    }
+    Ok(0)
+}
+
+pub fn status(cli: &Cli) -> Result<i32> {
+    let engine = open_engine(cli)?;
+    let log = engine.log();
+    let views = engine.views();
+    let mut parts = Vec::new();
+    for topic in Topic::ALL {
+        for p in 0..log.partitions(topic) {
+            let end = log.end_offset(topic, p)?;
+            let projected = match topic {
+                Topic::Ledger | Topic::Registry => Some(views.offset(topic, p)?),
+                _ => None,
+            };
+            let cursor = match topic {
+                Topic::Ledger => Some(views.dispatch_cursor(p)?),
+                _ => None,
+            };
+            parts.push((topic, p, end, projected, cursor));
+        }
+    }
+    let sizes = views.sizes()?;
+    if cli.json {
+        println!(
+            "{}",
+            json!({"log": log.describe(),
+                "partitions": parts.iter().map(|(t, p, end, proj, cur)| json!({"topic": t.name(), "partition": p,
+                    "end": end, "projected": proj, "lag": proj.map(|x| end - x.min(*end)), "dispatch_cursor": cur})).collect::<Vec<_>>(),
+                "views": sizes.iter().map(|(n, c)| (n.to_string(), json!(c))).collect::<serde_json::Map<_, _>>()})
+        );
+    } else {
+        println!("{}", log.describe());
+        println!(
+            "{:<12} {:>4} {:>10} {:>10} {:>6} {:>10}",
+            "topic", "part", "end", "projected", "lag", "dispatch@"
+        );
+        for (t, p, end, proj, cur) in parts {
+            let f = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+            println!(
+                "{:<12} {:>4} {:>10} {:>10} {:>6} {:>10}",
+                t.name(),
+                p,
+                end,
+                f(proj),
+                f(proj.map(|x| end - x.min(end))),
+                f(cur)
+            );
+        }
+        println!(
+            "views: {}",
+            sizes
+                .iter()
+                .map(|(n, c)| format!("{n} {c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(0)
+}

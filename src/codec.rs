@@ -1,0 +1,241 @@
+//! The wire format of ledger records: a small versioned envelope around a
+//! bincode body. bincode is behind this one module (it is unmaintained,
+//! RUSTSEC-2025-0141), and golden-byte tests pin the format so a
+//! wire-compatible replacement can be dropped in without migrating data.
+//!
+//! Layout: `u16 LE schema version` then, for version 1, the bincode
+//! (standard config) encoding of [`EnvelopeV1`], whose `body` is the bincode
+//! encoding of a [`LedgerEvent`] and `body_digest` its sha256.
+
+use crate::model::LedgerEvent;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub const SCHEMA_VERSION: u16 = 1;
+
+/// Records larger than this are refused before they reach the log.
+pub const MAX_RECORD_BYTES: usize = 8 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CodecError {
+    #[error("record is {0} bytes, too short for an envelope")]
+    TooShort(usize),
+    #[error("record has schema version {found}; this build reads version {SCHEMA_VERSION}")]
+    UnknownSchemaVersion { found: u16 },
+    #[error("record envelope does not decode: {0}")]
+    BadEnvelope(String),
+    #[error("record body digest mismatch: envelope says {expected}, body hashes to {found}")]
+    DigestMismatch { expected: String, found: String },
+    #[error("record body does not decode: {0}")]
+    BadBody(String),
+    #[error("record of {0} bytes exceeds the limit of {MAX_RECORD_BYTES} bytes")]
+    TooLarge(usize),
+}
+
+/// Envelope metadata of one record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvelopeV1 {
+    pub event_id: String,
+    /// The record's key in the log: the chain root for ledger records.
+    pub chain_key: String,
+    /// Milliseconds since the Unix epoch, from the deciding engine's clock.
+    pub time_ms: u64,
+    /// Which engine instance wrote it.
+    pub writer: String,
+    /// Position of this record in its run's trail (0 for registry records).
+    pub step: u32,
+    pub body_digest: [u8; 32],
+    pub body: Vec<u8>,
+}
+
+/// A decoded record: envelope metadata plus the event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub event_id: String,
+    pub chain_key: String,
+    pub time_ms: u64,
+    pub writer: String,
+    pub step: u32,
+    pub body_digest: [u8; 32],
+    pub event: LedgerEvent,
+}
+
+fn config() -> bincode::config::Configuration {
+    bincode::config::standard()
+}
+
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// Encode any view or record value with the same bincode configuration.
+pub fn to_bytes<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
+    bincode::serde::encode_to_vec(value, config()).map_err(|e| CodecError::BadBody(e.to_string()))
+}
+
+/// Decode a value written by [`to_bytes`].
+pub fn from_bytes<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+    let (v, _) = bincode::serde::decode_from_slice(bytes, config())
+        .map_err(|e| CodecError::BadBody(e.to_string()))?;
+    Ok(v)
+}
+
+/// Encode the event alone (the record body).
+pub fn encode_body(event: &LedgerEvent) -> Result<Vec<u8>, CodecError> {
+    bincode::serde::encode_to_vec(event, config()).map_err(|e| CodecError::BadBody(e.to_string()))
+}
+
+pub fn decode_body(bytes: &[u8]) -> Result<LedgerEvent, CodecError> {
+    let (ev, used) = bincode::serde::decode_from_slice(bytes, config())
+        .map_err(|e| CodecError::BadBody(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(CodecError::BadBody(format!(
+            "{} trailing bytes after the event",
+            bytes.len() - used
+        )));
+    }
+    Ok(ev)
+}
+
+/// Encode a full record.
+pub fn encode(
+    event: &LedgerEvent,
+    event_id: &str,
+    chain_key: &str,
+    time_ms: u64,
+    writer: &str,
+    step: u32,
+) -> Result<Vec<u8>, CodecError> {
+    let body = encode_body(event)?;
+    let env = EnvelopeV1 {
+        event_id: event_id.to_string(),
+        chain_key: chain_key.to_string(),
+        time_ms,
+        writer: writer.to_string(),
+        step,
+        body_digest: sha256(&body),
+        body,
+    };
+    let mut out = SCHEMA_VERSION.to_le_bytes().to_vec();
+    bincode::serde::encode_into_std_write(&env, &mut out, config())
+        .map_err(|e| CodecError::BadEnvelope(e.to_string()))?;
+    if out.len() > MAX_RECORD_BYTES {
+        return Err(CodecError::TooLarge(out.len()));
+    }
+    Ok(out)
+}
+
+/// Decode the envelope only, checking the schema version but not the body.
+pub fn decode_envelope(bytes: &[u8]) -> Result<EnvelopeV1, CodecError> {
+    if bytes.len() < 2 {
+        return Err(CodecError::TooShort(bytes.len()));
+    }
+    let version = u16::from_le_bytes([bytes[0], bytes[1]]);
+    if version != SCHEMA_VERSION {
+        return Err(CodecError::UnknownSchemaVersion { found: version });
+    }
+    let (env, used): (EnvelopeV1, usize) = bincode::serde::decode_from_slice(&bytes[2..], config())
+        .map_err(|e| CodecError::BadEnvelope(e.to_string()))?;
+    if used != bytes.len() - 2 {
+        return Err(CodecError::BadEnvelope(format!(
+            "{} trailing bytes after the envelope",
+            bytes.len() - 2 - used
+        )));
+    }
+    Ok(env)
+}
+
+/// Decode and verify a full record: schema version, body digest, body.
+pub fn decode(bytes: &[u8]) -> Result<Record, CodecError> {
+    let env = decode_envelope(bytes)?;
+    let found = sha256(&env.body);
+    if found != env.body_digest {
+        return Err(CodecError::DigestMismatch {
+            expected: hex::encode(env.body_digest),
+            found: hex::encode(found),
+        });
+    }
+    let event = decode_body(&env.body)?;
+    Ok(Record {
+        event_id: env.event_id,
+        chain_key: env.chain_key,
+        time_ms: env.time_ms,
+        writer: env.writer,
+        step: env.step,
+        body_digest: env.body_digest,
+        event,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::*;
+
+    fn sample() -> LedgerEvent {
+        LedgerEvent::RunOpened(RunOpened {
+            run: "r1".into(),
+            agent: "developer".into(),
+            version: 1,
+            scope: "acme/platform".into(),
+            root: Some("r1".into()),
+            hop: Some(0),
+            trigger: None,
+            legacy_trigger: None,
+            labels: vec!["area:acme/platform".into()],
+        })
+    }
+
+    fn sample_record() -> Vec<u8> {
+        encode(&sample(), "ev-1", "r1", 1_700_000_000_000, "w1", 0).unwrap()
+    }
+
+    /// Pins the wire format: if this changes, old logs no longer decode.
+    #[test]
+    fn golden_bytes_run_opened() {
+        let bytes = sample_record();
+        assert_eq!(hex::encode(&bytes), GOLDEN_RUN_OPENED);
+        assert_eq!(decode(&bytes).unwrap().event, sample());
+    }
+
+    #[test]
+    fn golden_bytes_decode_from_pinned_hex() {
+        let bytes = hex::decode(GOLDEN_RUN_OPENED).unwrap();
+        let rec = decode(&bytes).unwrap();
+        assert_eq!(rec.event_id, "ev-1");
+        assert_eq!(rec.chain_key, "r1");
+        assert_eq!(rec.time_ms, 1_700_000_000_000);
+        assert_eq!(rec.event, sample());
+    }
+
+    #[test]
+    fn unknown_schema_version_is_a_clear_error() {
+        let mut bytes = sample_record();
+        bytes[0] = 9;
+        assert_eq!(
+            decode(&bytes).unwrap_err(),
+            CodecError::UnknownSchemaVersion { found: 9 }
+        );
+    }
+
+    #[test]
+    fn flipped_body_byte_is_a_digest_mismatch() {
+        let mut bytes = sample_record();
+        let n = bytes.len();
+        bytes[n - 3] ^= 0x01;
+        assert!(matches!(
+            decode(&bytes).unwrap_err(),
+            CodecError::DigestMismatch { .. }
+        ));
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        for len in 0..64 {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 37 % 251) as u8).collect();
+            let _ = decode(&bytes);
+        }
+    }
+
+    const GOLDEN_RUN_OPENED: &str = "01000465762d31027231fd0068e5cf8b01000002773100842bc48d019ad99dcf38ef59c9555de0452a4d7478f1a3214c15b4bed1d72e09390102723109646576656c6f706572010d61636d652f706c6174666f726d01027231010000000112617265613a61636d652f706c6174666f726d";
+}

@@ -1,0 +1,235 @@
+//! The dispatcher: the only place agent events go out (R2–R9). It walks the
+//! finished runs of each ledger partition forward from a durable cursor
+//! (R7): every closed run is visited in log order, however many closed since
+//! the last sweep, and the cursor moves past a run only in the record that
+//! finishes its dispatch. After a crash it resumes at the first run whose
+//! dispatch record is missing; listener run ids are deterministic, so a run
+//! opened before the crash is found and not opened again (R3).
+//!
+//! Each published event also goes to the `published` topic as JSON, before
+//! the dispatch record: a downstream consumer may see an event twice after a
+//! crash (dedupe by `event_id`) but never miss one, and never sees a
+//! withheld one.
+
+use super::runs::chain_key;
+use super::{Engine, Pending};
+use crate::error::Result;
+use crate::log::Topic;
+use crate::model::*;
+use crate::rules::dispatch::{decide_listener, ListenerDecision};
+use crate::rules::labels;
+use crate::views::RunState;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenedListener {
+    pub run: String,
+    pub agent: String,
+    pub root: String,
+    pub hop: u32,
+    pub event: String,
+    pub event_id: String,
+    pub source_run: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedListener {
+    pub agent: String,
+    pub event: String,
+    pub source_run: String,
+    pub reason: RefusalReason,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WithheldRun {
+    pub run: String,
+    pub root: Option<String>,
+    pub hop: Option<u32>,
+    pub reason: String,
+    pub events: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DispatchAnswer {
+    pub opened: Vec<OpenedListener>,
+    pub refused: Vec<RefusedListener>,
+    pub withheld: Vec<WithheldRun>,
+    /// How many finished runs this sweep walked past.
+    pub dispatched_runs: u64,
+}
+
+/// The JSON a downstream consumer reads from the `published` topic
+/// (schemas/published_event.json).
+pub fn published_json(run: &RunState, ev: &AgentEventOut, time_ms: u64) -> serde_json::Value {
+    serde_json::json!({
+        "schema": "agentledger.published_event.v1",
+        "event_id": ev.event_id,
+        "event": ev.event,
+        "context": ev.context,
+        "source_run": run.run,
+        "agent": run.agent,
+        "version": run.version,
+        "root": run.root,
+        "hop": run.hop,
+        "time_ms": time_ms,
+        "artifacts": ev.artifacts.iter().map(|a| serde_json::json!({
+            "name": a.name,
+            "ref": a.content_ref,
+            "digest": a.digest,
+            "size": a.size,
+            "source_run": a.source_run,
+            "labels": a.labels,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+impl Engine {
+    /// Run the dispatcher until no finished run is left undispatched.
+    pub fn dispatch(&mut self) -> Result<DispatchAnswer> {
+        let mut answer = DispatchAnswer::default();
+        loop {
+            let mut progressed = false;
+            for p in 0..self.log.partitions(Topic::Ledger) {
+                while let Some((offset, run_id)) = self.views.next_finished(p)? {
+                    self.dispatch_one(p, offset, &run_id, &mut answer)?;
+                    answer.dispatched_runs += 1;
+                    progressed = true;
+                }
+            }
+            // Listeners opened above may themselves be closed by now only
+            // through later operations, so one pass normally suffices; loop
+            // anyway in case another writer closed runs meanwhile.
+            if !progressed {
+                break;
+            }
+        }
+        Ok(answer)
+    }
+
+    fn dispatch_one(
+        &mut self,
+        partition: u32,
+        offset: u64,
+        run_id: &str,
+        answer: &mut DispatchAnswer,
+    ) -> Result<()> {
+        let run = self.existing_run(run_id)?;
+        let mut pending = Vec::new();
+        let mut next_step = run.next_step;
+        let mut opened_ids = Vec::new();
+        let mut published_json_recs = Vec::new();
+
+        // R6: a run without a chain position publishes nothing further, even
+        // when an older worker's closing record listed events.
+        let chain_known = run.root.is_some() && run.hop.is_some();
+        let events: &[AgentEventOut] = if chain_known { &run.published } else { &[] };
+        if let Some(w) = &run.withheld {
+            answer.withheld.push(WithheldRun {
+                run: run.run.clone(),
+                root: run.root.clone(),
+                hop: run.hop,
+                reason: w.reason.code().to_string(),
+                events: w.events.clone(),
+            });
+        } else if !chain_known && !run.published.is_empty() {
+            answer.withheld.push(WithheldRun {
+                run: run.run.clone(),
+                root: None,
+                hop: None,
+                reason: "chain_unknown".into(),
+                events: run.published.iter().map(|e| e.event.clone()).collect(),
+            });
+        }
+
+        let now = self.now_ms();
+        for ev in events {
+            published_json_recs.push((
+                chain_key(&run).into_bytes(),
+                serde_json::to_vec(&published_json(&run, ev, now)).unwrap_or_default(),
+            ));
+            for agent in self.views.listeners(&ev.event)? {
+                let Some(listener) = self.views.current_version(&agent)? else {
+                    continue;
+                };
+                let listener_run = ids::listener_run_id(&ev.event_id, &agent);
+                let already = self.views.run(&listener_run)?.is_some();
+                match decide_listener(&run, ev, &listener, already) {
+                    ListenerDecision::Open { run: lr, root, hop } => {
+                        pending.push(Pending {
+                            topic: Topic::Ledger,
+                            key: root.clone(),
+                            event_id: ids::step_event_id(&lr, 0),
+                            step: 0,
+                            event: LedgerEvent::RunOpened(RunOpened {
+                                run: lr.clone(),
+                                agent: agent.clone(),
+                                version: listener.version,
+                                scope: listener.scope.clone(),
+                                root: Some(root.clone()),
+                                hop: Some(hop),
+                                trigger: Some(Trigger {
+                                    event_id: ev.event_id.clone(),
+                                    event: ev.event.clone(),
+                                    context: ev.context.clone(),
+                                    source_run: run.run.clone(),
+                                    artifacts: ev.artifacts.clone(),
+                                }),
+                                legacy_trigger: None,
+                                labels: labels::opening_labels(&listener.scope),
+                            }),
+                        });
+                        opened_ids.push(lr.clone());
+                        answer.opened.push(OpenedListener {
+                            run: lr,
+                            agent: agent.clone(),
+                            root,
+                            hop,
+                            event: ev.event.clone(),
+                            event_id: ev.event_id.clone(),
+                            source_run: run.run.clone(),
+                        });
+                    }
+                    ListenerDecision::Refuse(reason) => {
+                        pending.push(Pending {
+                            topic: Topic::Ledger,
+                            key: chain_key(&run),
+                            event_id: ids::step_event_id(&run.run, next_step),
+                            step: next_step,
+                            event: LedgerEvent::ListenerRefused(ListenerRefused {
+                                source_run: run.run.clone(),
+                                event_id: ev.event_id.clone(),
+                                event: ev.event.clone(),
+                                agent: agent.clone(),
+                                reason: reason.clone(),
+                            }),
+                        });
+                        next_step += 1;
+                        answer.refused.push(RefusedListener {
+                            agent: agent.clone(),
+                            event: ev.event.clone(),
+                            source_run: run.run.clone(),
+                            reason,
+                        });
+                    }
+                    ListenerDecision::AlreadyDone | ListenerDecision::NotAllowed => {}
+                }
+            }
+        }
+        pending.push(Pending {
+            topic: Topic::Ledger,
+            key: chain_key(&run),
+            event_id: ids::step_event_id(&run.run, next_step),
+            step: next_step,
+            event: LedgerEvent::RunDispatched(RunDispatched {
+                run: run.run.clone(),
+                closed_partition: partition,
+                closed_offset: offset,
+                opened: opened_ids,
+            }),
+        });
+        if !published_json_recs.is_empty() {
+            self.log.append(Topic::Published, &published_json_recs)?;
+        }
+        self.commit(pending)?;
+        Ok(())
+    }
+}

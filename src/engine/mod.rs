@@ -1,0 +1,271 @@
+//! The engine: the imperative shell around the rules. Every operation reads
+//! the views, asks a pure rule what to do, appends the decided records to
+//! the log (durably), and projects them into the views. Refusals that the
+//! trail must show are recorded before the refusal is answered.
+
+mod dispatcher;
+mod registry;
+mod runs;
+
+pub use dispatcher::{DispatchAnswer, OpenedListener, RefusedListener, WithheldRun};
+pub use registry::{PublishAgent, PublishAnswer};
+pub use runs::{CloseAnswer, CloseRun, OpenAnswer, ReadAnswer};
+
+use crate::codec;
+use crate::content_store::ContentStore;
+use crate::error::{LedgerError, Result};
+use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
+use crate::log::{Log, Topic};
+use crate::loops::{AgentIndex, LoopBounds};
+use crate::model::LedgerEvent;
+use crate::projector::{self, Position};
+use crate::views::Views;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// How many records the projector folds into one atomic view batch.
+pub const PROJECT_BATCH: usize = 2000;
+
+/// Milliseconds since the Unix epoch.
+pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    })
+}
+
+/// Options of an engine instance.
+#[derive(Clone)]
+pub struct EngineOptions {
+    pub writer: String,
+    pub clock: Clock,
+    pub loop_bounds: LoopBounds,
+    pub embedded: EmbeddedConfig,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            writer: format!("agentledger-{}", env!("CARGO_PKG_VERSION")),
+            clock: system_clock(),
+            loop_bounds: LoopBounds::default(),
+            embedded: EmbeddedConfig::default(),
+        }
+    }
+}
+
+/// One record the engine decided to write.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub topic: Topic,
+    pub key: String,
+    pub event_id: String,
+    pub step: u32,
+    pub event: LedgerEvent,
+}
+
+/// Paths inside a data directory.
+pub struct DataDir {
+    pub root: PathBuf,
+}
+
+impl DataDir {
+    pub fn new(root: impl AsRef<Path>) -> Self {
+        Self {
+            root: root.as_ref().to_path_buf(),
+        }
+    }
+    pub fn log(&self) -> PathBuf {
+        self.root.join("log")
+    }
+    pub fn views(&self) -> PathBuf {
+        self.root.join("views")
+    }
+    pub fn blobs(&self) -> PathBuf {
+        self.root.join("blobs")
+    }
+    pub fn lock_path(&self) -> PathBuf {
+        self.root.join("LOCK")
+    }
+
+    /// Take the data directory for this process: the embedded log and sled
+    /// both assume a single writer.
+    pub fn lock(&self) -> Result<File> {
+        use fs2::FileExt;
+        std::fs::create_dir_all(&self.root).map_err(|e| {
+            LedgerError::Other(format!("create data dir {}: {e}", self.root.display()))
+        })?;
+        let f = File::create(self.lock_path()).map_err(|e| {
+            LedgerError::Other(format!("create {}: {e}", self.lock_path().display()))
+        })?;
+        f.try_lock_exclusive().map_err(|_| {
+            LedgerError::Other(format!(
+                "data dir {} is in use by another agentledger process",
+                self.root.display()
+            ))
+        })?;
+        Ok(f)
+    }
+}
+
+pub struct Engine {
+    log: Arc<dyn Log>,
+    views: Views,
+    store: ContentStore,
+    opts: EngineOptions,
+    /// In-memory index of current agent versions for the loop search;
+    /// built from the views on first use.
+    agent_index: Option<AgentIndex>,
+    _lock: Option<File>,
+}
+
+impl Engine {
+    /// Open the engine on the embedded log in `data`, projecting whatever
+    /// the views have not seen yet.
+    pub fn open_embedded(data: impl AsRef<Path>, opts: EngineOptions) -> Result<Self> {
+        let dd = DataDir::new(data);
+        let lock = dd.lock()?;
+        let log = Arc::new(EmbeddedLog::open(dd.log(), &opts.embedded)?);
+        let views = Views::open(dd.views())?;
+        let store = ContentStore::open(dd.blobs())?;
+        let mut engine = Self::with_parts(log, views, store, opts);
+        engine._lock = Some(lock);
+        engine.catch_up(&|_| {})?;
+        Ok(engine)
+    }
+
+    /// Assemble an engine from parts (any log backend).
+    pub fn with_parts(
+        log: Arc<dyn Log>,
+        views: Views,
+        store: ContentStore,
+        opts: EngineOptions,
+    ) -> Self {
+        Self {
+            log,
+            views,
+            store,
+            opts,
+            agent_index: None,
+            _lock: None,
+        }
+    }
+
+    pub fn views(&self) -> &Views {
+        &self.views
+    }
+
+    pub fn log(&self) -> &Arc<dyn Log> {
+        &self.log
+    }
+
+    pub fn store(&self) -> &ContentStore {
+        &self.store
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        (self.opts.clock)()
+    }
+
+    /// Make sure view writes reach disk (the CLI calls it before exiting).
+    pub fn flush(&self) -> Result<()> {
+        self.views.flush()?;
+        Ok(())
+    }
+
+    /// Encode and durably append decided records, then project them.
+    pub(crate) fn commit(&mut self, pending: Vec<Pending>) -> Result<Vec<Position>> {
+        if pending.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.now_ms();
+        // Per topic: indexes into `pending`, and the (key, bytes) to append.
+        type TopicBatch = (Topic, Vec<usize>, Vec<(Vec<u8>, Vec<u8>)>);
+        let mut by_topic: Vec<TopicBatch> = Vec::new();
+        for (i, p) in pending.iter().enumerate() {
+            let bytes = codec::encode(
+                &p.event,
+                &p.event_id,
+                &p.key,
+                now,
+                &self.opts.writer,
+                p.step,
+            )?;
+            match by_topic.iter_mut().find(|(t, _, _)| *t == p.topic) {
+                Some((_, idx, recs)) => {
+                    idx.push(i);
+                    recs.push((p.key.clone().into_bytes(), bytes));
+                }
+                None => {
+                    by_topic.push((p.topic, vec![i], vec![(p.key.clone().into_bytes(), bytes)]))
+                }
+            }
+        }
+        let mut positions = vec![
+            Position {
+                partition: 0,
+                offset: 0
+            };
+            pending.len()
+        ];
+        // Registry first: a run record may name a version published in the same call.
+        by_topic.sort_by_key(|(t, _, _)| *t != Topic::Registry);
+        for (topic, idx, recs) in by_topic {
+            let placed = self.log.append(topic, &recs)?;
+            for (i, (partition, offset)) in idx.into_iter().zip(placed) {
+                positions[i] = Position { partition, offset };
+            }
+        }
+        self.catch_up(&|_| {})?;
+        Ok(positions)
+    }
+
+    /// Project every record the views have not applied yet. Registry first,
+    /// so a run's version is always known by the time its records arrive.
+    pub fn catch_up(&mut self, progress: &dyn Fn(u64)) -> Result<u64> {
+        project_all(self.log.as_ref(), &self.views, progress)
+    }
+}
+
+/// Fold the log into the views from their stored offsets to the log's end.
+pub fn project_all(log: &dyn Log, views: &Views, progress: &dyn Fn(u64)) -> Result<u64> {
+    let mut applied = 0u64;
+    for topic in [Topic::Registry, Topic::Ledger] {
+        for p in 0..log.partitions(topic) {
+            loop {
+                let from = views.offset(topic, p)?;
+                let recs = log.read(topic, p, from, PROJECT_BATCH)?;
+                let Some(last) = recs.last().map(|r| r.offset) else {
+                    break;
+                };
+                let mut txn = views.txn();
+                for r in &recs {
+                    let rec = codec::decode(&r.payload).map_err(|e| {
+                        LedgerError::Other(format!(
+                            "record {topic}/{p}@{} cannot be projected: {e} (run `agentledger verify`)",
+                            r.offset
+                        ))
+                    })?;
+                    projector::apply(
+                        &mut txn,
+                        Position {
+                            partition: p,
+                            offset: r.offset,
+                        },
+                        &rec,
+                    )?;
+                }
+                txn.set_offset(topic, p, last + 1);
+                txn.commit()?;
+                applied += recs.len() as u64;
+                progress(recs.len() as u64);
+            }
+        }
+    }
+    Ok(applied)
+}

@@ -1,0 +1,143 @@
+//! Publishing agent versions (registry topic) and the publish-time loop
+//! warning (R10).
+
+use super::{Engine, Pending};
+use crate::error::{Refusal, Result};
+use crate::log::Topic;
+use crate::loops::{self, AgentIndex, AgentNode};
+use crate::model::scope::valid_scope;
+use crate::model::*;
+
+/// A `publish_agent` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishAgent {
+    pub agent: String,
+    pub scope: String,
+    pub listens: Vec<String>,
+    pub emits: Vec<EmitDecl>,
+    pub access: Option<Vec<String>>,
+    pub tool_budget: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishAnswer {
+    pub agent: String,
+    pub version: u32,
+    pub loop_check: LoopCheck,
+}
+
+fn node_of(v: &AgentVersion) -> AgentNode {
+    AgentNode {
+        name: v.agent.clone(),
+        scope: v.scope.clone(),
+        listens: v.listens.clone(),
+        emits: v.emits.iter().map(|e| e.event.clone()).collect(),
+    }
+}
+
+fn check_names(what: &str, names: &[String]) -> Result<()> {
+    for n in names {
+        if !ids::valid_name(n) {
+            return Err(Refusal::new(
+                "invalid_name",
+                format!("{what} {n:?} is not a valid name (letters, digits, - _ . :; 1 to 128)"),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+impl Engine {
+    fn agent_index(&mut self) -> Result<&mut AgentIndex> {
+        if self.agent_index.is_none() {
+            let mut index = AgentIndex::default();
+            for a in self.views.agents()? {
+                if let Some(v) = self.views.version(&a.agent, a.current)? {
+                    index.upsert(node_of(&v));
+                }
+            }
+            self.agent_index = Some(index);
+        }
+        Ok(self.agent_index.get_or_insert_with(AgentIndex::default))
+    }
+
+    /// Publish a new version of an agent. Loops it closes are warned about,
+    /// never refused (R10).
+    pub fn publish_agent(&mut self, req: PublishAgent) -> Result<PublishAnswer> {
+        check_names("agent", std::slice::from_ref(&req.agent))?;
+        if !valid_scope(&req.scope) {
+            return Err(Refusal::new(
+                "invalid_scope",
+                format!("scope {:?} is not a path like company/area", req.scope),
+            )
+            .into());
+        }
+        check_names("event", &req.listens)?;
+        for e in &req.emits {
+            check_names("event", std::slice::from_ref(&e.event))?;
+            check_names("context", std::slice::from_ref(&e.context))?;
+            check_names("artifact", &e.artifacts)?;
+        }
+        let access = req
+            .access
+            .clone()
+            .unwrap_or_else(|| vec![req.scope.clone()]);
+        if let Some(bad) = access.iter().find(|s| !valid_scope(s)) {
+            return Err(Refusal::new(
+                "invalid_scope",
+                format!("access scope {bad:?} is not a path like company/area"),
+            )
+            .into());
+        }
+        let version = self
+            .views
+            .agent(&req.agent)?
+            .map(|a| a.current + 1)
+            .unwrap_or(1);
+        let candidate = AgentVersion {
+            agent: req.agent.clone(),
+            version,
+            scope: req.scope.clone(),
+            listens: req.listens.clone(),
+            emits: req.emits.clone(),
+            access: access.clone(),
+            tool_budget: req.tool_budget,
+            loop_check: LoopCheck::default(),
+        };
+        let bounds = self.opts.loop_bounds.clone();
+        let report =
+            loops::check_publish(self.agent_index()?, &node_of(&candidate), &access, &bounds);
+        let loop_check = LoopCheck {
+            warnings: report
+                .warnings
+                .into_iter()
+                .map(|w| LoopWarningRecord {
+                    loop_agents: w.loop_agents,
+                    text: w.text,
+                    note: w.note,
+                })
+                .collect(),
+            may_be_more: report.may_be_more,
+            checked_in_full: report.checked_in_full,
+            text: report.text,
+        };
+        let version_rec = AgentVersion {
+            loop_check: loop_check.clone(),
+            ..candidate
+        };
+        self.commit(vec![Pending {
+            topic: Topic::Registry,
+            key: req.agent.clone(),
+            event_id: ids::agent_version_event_id(&req.agent, version),
+            step: 0,
+            event: LedgerEvent::AgentPublished(version_rec.clone()),
+        }])?;
+        self.agent_index()?.upsert(node_of(&version_rec));
+        Ok(PublishAnswer {
+            agent: req.agent,
+            version,
+            loop_check,
+        })
+    }
+}

@@ -1,0 +1,60 @@
+//! Typed errors of the library. Each refusal a user can cause has a stable
+//! snake_case code; the binary turns them into answers and exit codes.
+
+use crate::log::LogError;
+
+/// A refusal: the request was understood but the ledger will not do it.
+/// The code is stable (scripts match on it); the message is for people.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Refusal {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Everything that can go wrong inside the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    #[error("log: {0}")]
+    Log(#[from] LogError),
+    #[error("codec: {0}")]
+    Codec(#[from] crate::codec::CodecError),
+    #[error("views: {0}")]
+    Views(#[from] crate::views::ViewError),
+    #[error("content store: {0}")]
+    Store(#[from] crate::content_store::StoreError),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl LedgerError {
+    /// The stable code of a refusal, or a generic code for internal failures.
+    pub fn code(&self) -> &'static str {
+        match self {
+            LedgerError::Refused(r) => r.code,
+            LedgerError::Log(_) => "log_error",
+            LedgerError::Codec(_) => "corrupt_record",
+            LedgerError::Views(_) => "view_error",
+            LedgerError::Store(_) => "content_store_error",
+            LedgerError::Other(_) => "internal_error",
+        }
+    }
+
+    /// True when the error is the caller's (a refusal), not the machine's.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, LedgerError::Refused(_))
+    }
+}
+
+pub type Result<T, E = LedgerError> = std::result::Result<T, E>;

@@ -1,0 +1,697 @@
+//! The embedded log: our own append-only segment files, no server.
+//!
+//! Layout: `<dir>/<prefix><topic>/<partition>/<base offset>.seg`. A frame is
+//! `u32 LE len | u32 LE crc32 | u32 LE key len | key | payload`, where `len`
+//! counts everything after the crc and the crc covers the same bytes.
+//!
+//! Durability: `append` writes its frames and returns only after an fsync
+//! that covers them. Concurrent appenders share fsyncs (group commit): one
+//! caller syncs for every frame written before it, so throughput under load
+//! is not one fsync per record. Readers never see a record before it is
+//! synced. On open, a torn tail (a frame cut short or failing its checksum
+//! at the end of the last segment, as a crash mid-write leaves it) is cut
+//! off and logged; a bad frame followed by good ones is corruption, not a
+//! tear, and opening fails naming the file and position, cutting nothing.
+
+use super::{partition_for_key, Log, LogError, LogRecord, Topic};
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+const HEADER: usize = 8;
+/// Largest frame the log accepts (key + payload).
+pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+const SEGMENT_ROLL_BYTES: u64 = 128 * 1024 * 1024;
+
+/// Partition counts of a new embedded log.
+#[derive(Debug, Clone)]
+pub struct EmbeddedConfig {
+    pub topic_prefix: String,
+    pub ledger_partitions: u32,
+    pub segment_roll_bytes: u64,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        Self {
+            topic_prefix: String::new(),
+            ledger_partitions: 4,
+            segment_roll_bytes: SEGMENT_ROLL_BYTES,
+        }
+    }
+}
+
+struct Segment {
+    base: u64,
+    path: PathBuf,
+    file: Arc<File>,
+    /// File position of each record's frame.
+    positions: Vec<u64>,
+    len: u64,
+}
+
+struct PartState {
+    segments: Vec<Segment>,
+    next_offset: u64,
+}
+
+struct Partition {
+    label: String,
+    dir: PathBuf,
+    state: Mutex<PartState>,
+    /// Offsets below this are fsynced and visible to readers.
+    synced: Mutex<u64>,
+    synced_cv: Condvar,
+    roll_bytes: u64,
+}
+
+pub struct EmbeddedLog {
+    dir: PathBuf,
+    topics: BTreeMap<Topic, Vec<Partition>>,
+}
+
+fn frame_crc(body: &[u8]) -> u32 {
+    crc32fast::hash(body)
+}
+
+fn encode_frame(key: &[u8], payload: &[u8], out: &mut Vec<u8>) {
+    let len = (4 + key.len() + payload.len()) as u32;
+    let start = out.len();
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&[0u8; 4]);
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(payload);
+    let crc = frame_crc(&out[start + HEADER..]);
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// What scanning a frame at a position found.
+enum Scan {
+    Good { next: u64 },
+    Bad { why: String },
+    End,
+}
+
+fn scan_frame(buf: &[u8], pos: usize) -> Scan {
+    if pos == buf.len() {
+        return Scan::End;
+    }
+    if buf.len() - pos < HEADER + 4 {
+        return Scan::Bad {
+            why: format!(
+                "{} stray bytes where a frame header should be",
+                buf.len() - pos
+            ),
+        };
+    }
+    let len = u32::from_le_bytes(buf[pos..pos + 4].try_into().unwrap_or_default()) as usize;
+    let crc = u32::from_le_bytes(buf[pos + 4..pos + 8].try_into().unwrap_or_default());
+    if !(4..=MAX_FRAME_BYTES + 4).contains(&len) {
+        return Scan::Bad {
+            why: format!("frame length {len} is impossible"),
+        };
+    }
+    if buf.len() - pos - HEADER < len {
+        return Scan::Bad {
+            why: format!(
+                "frame of {len} bytes runs past the end of the file ({} left)",
+                buf.len() - pos - HEADER
+            ),
+        };
+    }
+    let body = &buf[pos + HEADER..pos + HEADER + len];
+    if frame_crc(body) != crc {
+        return Scan::Bad {
+            why: "frame checksum does not match".into(),
+        };
+    }
+    let key_len = u32::from_le_bytes(body[0..4].try_into().unwrap_or_default()) as usize;
+    if key_len > len - 4 {
+        return Scan::Bad {
+            why: format!("key length {key_len} exceeds the frame"),
+        };
+    }
+    Scan::Good {
+        next: (pos + HEADER + len) as u64,
+    }
+}
+
+fn parse_frame(buf: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let len = u32::from_le_bytes(buf.get(0..4)?.try_into().ok()?) as usize;
+    let crc = u32::from_le_bytes(buf.get(4..8)?.try_into().ok()?);
+    let body = buf.get(HEADER..HEADER + len)?;
+    if frame_crc(body) != crc {
+        return None;
+    }
+    let key_len = u32::from_le_bytes(body.get(0..4)?.try_into().ok()?) as usize;
+    let key = body.get(4..4 + key_len)?.to_vec();
+    let payload = body.get(4 + key_len..)?.to_vec();
+    Some((key, payload))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), LogError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| LogError::io(format!("fsync directory {}", dir.display()), e))
+}
+
+fn segment_path(dir: &Path, base: u64) -> PathBuf {
+    dir.join(format!("{base:020}.seg"))
+}
+
+fn open_segment_file(path: &Path) -> Result<File, LogError> {
+    OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| LogError::io(format!("open segment {}", path.display()), e))
+}
+
+impl Partition {
+    fn open(dir: PathBuf, label: String, roll_bytes: u64) -> Result<Self, LogError> {
+        fs::create_dir_all(&dir)
+            .map_err(|e| LogError::io(format!("create {}", dir.display()), e))?;
+        let mut bases: Vec<u64> = fs::read_dir(&dir)
+            .map_err(|e| LogError::io(format!("list {}", dir.display()), e))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().to_string();
+                name.strip_suffix(".seg")
+                    .and_then(|b| b.parse::<u64>().ok())
+            })
+            .collect();
+        bases.sort_unstable();
+        if bases.is_empty() {
+            bases.push(0);
+            let path = segment_path(&dir, 0);
+            open_segment_file(&path)?;
+            sync_dir(&dir)?;
+        }
+        let mut segments = Vec::with_capacity(bases.len());
+        let mut next_offset = bases[0];
+        let count = bases.len();
+        for (i, base) in bases.into_iter().enumerate() {
+            let path = segment_path(&dir, base);
+            if base != next_offset {
+                return Err(LogError::Corrupt(format!(
+                    "{}: segment starts at offset {base} but the previous one ends at {next_offset}",
+                    path.display()
+                )));
+            }
+            let buf = fs::read(&path)
+                .map_err(|e| LogError::io(format!("read segment {}", path.display()), e))?;
+            let last = i + 1 == count;
+            let mut positions = Vec::new();
+            let mut pos = 0usize;
+            loop {
+                match scan_frame(&buf, pos) {
+                    Scan::End => break,
+                    Scan::Good { next } => {
+                        positions.push(pos as u64);
+                        pos = next as usize;
+                    }
+                    Scan::Bad { why } => {
+                        // A tear only ever affects the end of the last segment:
+                        // if a good frame follows the bad one, this is damage
+                        // in the middle of the log and cutting would lose data.
+                        let good_after = (pos + 1..buf.len())
+                            .any(|p| matches!(scan_frame(&buf, p), Scan::Good { .. }));
+                        if !last || good_after {
+                            return Err(LogError::Corrupt(format!(
+                                "{} at byte {pos} (record offset {}): {why}; records after it are intact, so this is not a torn tail and nothing was cut",
+                                path.display(),
+                                base + positions.len() as u64
+                            )));
+                        }
+                        tracing::warn!(
+                            segment = %path.display(),
+                            position = pos,
+                            cut_bytes = buf.len() - pos,
+                            "torn tail after a crash: {why}; cutting it"
+                        );
+                        let f = OpenOptions::new()
+                            .write(true)
+                            .open(&path)
+                            .map_err(|e| LogError::io(format!("open {}", path.display()), e))?;
+                        f.set_len(pos as u64)
+                            .and_then(|_| f.sync_all())
+                            .map_err(|e| {
+                                LogError::io(format!("cut torn tail of {}", path.display()), e)
+                            })?;
+                        break;
+                    }
+                }
+            }
+            next_offset = base + positions.len() as u64;
+            let file = open_segment_file(&path)?;
+            segments.push(Segment {
+                base,
+                path,
+                file: Arc::new(file),
+                positions,
+                len: pos as u64,
+            });
+        }
+        Ok(Self {
+            label,
+            dir,
+            synced: Mutex::new(next_offset),
+            synced_cv: Condvar::new(),
+            state: Mutex::new(PartState {
+                segments,
+                next_offset,
+            }),
+            roll_bytes,
+        })
+    }
+
+    fn append(&self, frames: &[(Vec<u8>, Vec<u8>)]) -> Result<Vec<u64>, LogError> {
+        let mut buf = Vec::new();
+        let mut rel = Vec::with_capacity(frames.len());
+        for (k, p) in frames {
+            let size = k.len() + p.len();
+            if size > MAX_FRAME_BYTES {
+                return Err(LogError::TooLarge {
+                    size,
+                    limit: MAX_FRAME_BYTES,
+                });
+            }
+            rel.push(buf.len() as u64);
+            encode_frame(k, p, &mut buf);
+        }
+        let (offsets, my_end, file) = {
+            let mut st = self.state.lock().map_err(|_| poisoned(&self.label))?;
+            let needs_roll = st
+                .segments
+                .last()
+                .map(|s| s.len > 0 && s.len + buf.len() as u64 > self.roll_bytes)
+                .unwrap_or(true);
+            if needs_roll {
+                if let Some(s) = st.segments.last() {
+                    s.file
+                        .sync_all()
+                        .map_err(|e| LogError::io(format!("fsync {}", s.path.display()), e))?;
+                }
+                let base = st.next_offset;
+                let path = segment_path(&self.dir, base);
+                let file = open_segment_file(&path)?;
+                sync_dir(&self.dir)?;
+                st.segments.push(Segment {
+                    base,
+                    path,
+                    file: Arc::new(file),
+                    positions: Vec::new(),
+                    len: 0,
+                });
+            }
+            let first = st.next_offset;
+            let st = &mut *st;
+            let seg = st
+                .segments
+                .last_mut()
+                .ok_or_else(|| poisoned(&self.label))?;
+            let start = seg.len;
+            (&*seg.file).write_all(&buf).map_err(|e| {
+                // A partial write leaves a tail the next open cuts; make this
+                // process forget it too by truncating back.
+                let _ = seg.file.set_len(start);
+                LogError::io(format!("append to {}", seg.path.display()), e)
+            })?;
+            seg.positions.extend(rel.iter().map(|r| start + r));
+            seg.len += buf.len() as u64;
+            let file = seg.file.clone();
+            st.next_offset += frames.len() as u64;
+            let offsets: Vec<u64> = (first..st.next_offset).collect();
+            (offsets, st.next_offset, file)
+        };
+        self.sync_through(my_end, &file)?;
+        Ok(offsets)
+    }
+
+    /// Group commit: whoever holds the lock syncs everything written so far.
+    fn sync_through(&self, end: u64, file: &Arc<File>) -> Result<(), LogError> {
+        let mut synced = self.synced.lock().map_err(|_| poisoned(&self.label))?;
+        if *synced >= end {
+            return Ok(());
+        }
+        let (written, active) = {
+            let st = self.state.lock().map_err(|_| poisoned(&self.label))?;
+            (st.next_offset, st.segments.last().map(|s| s.file.clone()))
+        };
+        file.sync_data()
+            .map_err(|e| LogError::io(format!("fsync {}", self.label), e))?;
+        // A roll since our write sealed (and synced) our segment; what was
+        // written after it is in the active one.
+        if let Some(active) = active.filter(|a| !Arc::ptr_eq(a, file)) {
+            active
+                .sync_data()
+                .map_err(|e| LogError::io(format!("fsync {}", self.label), e))?;
+        }
+        *synced = (*synced).max(written);
+        self.synced_cv.notify_all();
+        Ok(())
+    }
+
+    fn visible_end(&self) -> Result<u64, LogError> {
+        Ok(*self.synced.lock().map_err(|_| poisoned(&self.label))?)
+    }
+
+    fn read(&self, from: u64, max: usize) -> Result<Vec<LogRecord>, LogError> {
+        let end = self.visible_end()?;
+        if from >= end || max == 0 {
+            return Ok(Vec::new());
+        }
+        let want_end = end.min(from.saturating_add(max as u64));
+        // Collect (file, byte range, positions) per segment under the lock,
+        // read outside it.
+        let mut plan = Vec::new();
+        {
+            let st = self.state.lock().map_err(|_| poisoned(&self.label))?;
+            for seg in &st.segments {
+                let seg_end = seg.base + seg.positions.len() as u64;
+                if seg_end <= from || seg.base >= want_end {
+                    continue;
+                }
+                let lo = from.max(seg.base);
+                let hi = want_end.min(seg_end);
+                let positions: Vec<u64> =
+                    seg.positions[(lo - seg.base) as usize..(hi - seg.base) as usize].to_vec();
+                let byte_end = if hi == seg_end {
+                    seg.len
+                } else {
+                    seg.positions[(hi - seg.base) as usize]
+                };
+                plan.push((seg.file.clone(), seg.path.clone(), lo, positions, byte_end));
+            }
+        }
+        let mut out = Vec::with_capacity((want_end - from) as usize);
+        for (file, path, lo, positions, byte_end) in plan {
+            let Some(&start) = positions.first() else {
+                continue;
+            };
+            let mut buf = vec![0u8; (byte_end - start) as usize];
+            file.read_exact_at(&mut buf, start)
+                .map_err(|e| LogError::io(format!("read {}", path.display()), e))?;
+            for (i, pos) in positions.iter().enumerate() {
+                let at = (pos - start) as usize;
+                let offset = lo + i as u64;
+                let (key, payload) = parse_frame(&buf[at..]).ok_or_else(|| {
+                    LogError::Corrupt(format!(
+                        "{} at byte {pos} (record offset {offset}): frame checksum does not match",
+                        path.display()
+                    ))
+                })?;
+                out.push(LogRecord {
+                    partition: 0,
+                    offset,
+                    key,
+                    payload,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn poisoned(label: &str) -> LogError {
+    LogError::Unavailable(format!("{label}: a writer panicked while holding the lock"))
+}
+
+impl EmbeddedLog {
+    /// Open (or create) the embedded log in `dir`. The partition count of a
+    /// topic is fixed when the topic is first created and read back after.
+    pub fn open(dir: impl AsRef<Path>, config: &EmbeddedConfig) -> Result<Self, LogError> {
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir)
+            .map_err(|e| LogError::io(format!("create {}", dir.display()), e))?;
+        let mut topics = BTreeMap::new();
+        for topic in Topic::ALL {
+            let tdir = dir.join(format!("{}{}", config.topic_prefix, topic.name()));
+            let existing: Vec<u32> = match fs::read_dir(&tdir) {
+                Ok(rd) => rd
+                    .filter_map(|e| e.ok())
+                    .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            let count = if existing.is_empty() {
+                match topic {
+                    Topic::Ledger => config.ledger_partitions.max(1),
+                    _ => 1,
+                }
+            } else {
+                existing.iter().max().map(|m| m + 1).unwrap_or(1)
+            };
+            let mut parts = Vec::with_capacity(count as usize);
+            for p in 0..count {
+                parts.push(Partition::open(
+                    tdir.join(p.to_string()),
+                    format!("{}/{}", topic.name(), p),
+                    config.segment_roll_bytes,
+                )?);
+            }
+            topics.insert(topic, parts);
+        }
+        sync_dir(&dir)?;
+        Ok(Self { dir, topics })
+    }
+
+    fn partition(&self, topic: Topic, partition: u32) -> Result<&Partition, LogError> {
+        self.topics
+            .get(&topic)
+            .and_then(|p| p.get(partition as usize))
+            .ok_or(LogError::NoSuchPartition { topic, partition })
+    }
+}
+
+impl Log for EmbeddedLog {
+    fn partitions(&self, topic: Topic) -> u32 {
+        self.topics.get(&topic).map(|p| p.len() as u32).unwrap_or(0)
+    }
+
+    fn append(
+        &self,
+        topic: Topic,
+        records: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<Vec<(u32, u64)>, LogError> {
+        let n = self.partitions(topic);
+        // Group by partition, keeping each partition's records in call order.
+        let mut by_part: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, (k, _)) in records.iter().enumerate() {
+            by_part.entry(partition_for_key(k, n)).or_default().push(i);
+        }
+        let mut out = vec![(0u32, 0u64); records.len()];
+        for (p, idxs) in by_part {
+            let frames: Vec<(Vec<u8>, Vec<u8>)> =
+                idxs.iter().map(|&i| records[i].clone()).collect();
+            let offsets = self.partition(topic, p)?.append(&frames)?;
+            for (i, off) in idxs.into_iter().zip(offsets) {
+                out[i] = (p, off);
+            }
+        }
+        Ok(out)
+    }
+
+    fn read(
+        &self,
+        topic: Topic,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<LogRecord>, LogError> {
+        let mut recs = self.partition(topic, partition)?.read(from, max)?;
+        for r in &mut recs {
+            r.partition = partition;
+        }
+        Ok(recs)
+    }
+
+    fn end_offset(&self, topic: Topic, partition: u32) -> Result<u64, LogError> {
+        self.partition(topic, partition)?.visible_end()
+    }
+
+    fn wait_beyond(
+        &self,
+        topic: Topic,
+        partition: u32,
+        offset: u64,
+        timeout: Duration,
+    ) -> Result<u64, LogError> {
+        let part = self.partition(topic, partition)?;
+        let deadline = Instant::now() + timeout;
+        let mut synced = part.synced.lock().map_err(|_| poisoned(&part.label))?;
+        while *synced <= offset {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let (g, _) = part
+                .synced_cv
+                .wait_timeout(synced, deadline - now)
+                .map_err(|_| poisoned(&part.label))?;
+            synced = g;
+        }
+        Ok(*synced)
+    }
+
+    fn describe(&self) -> String {
+        format!("embedded log at {}", self.dir.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(dir: &Path) -> EmbeddedLog {
+        EmbeddedLog::open(dir, &EmbeddedConfig::default()).unwrap()
+    }
+
+    fn seg0(dir: &Path) -> PathBuf {
+        dir.join("registry/0").join(format!("{:020}.seg", 0))
+    }
+
+    #[test]
+    fn append_read_reopen() {
+        let d = tempfile::tempdir().unwrap();
+        let log = open(d.path());
+        let recs: Vec<_> = (0..10)
+            .map(|i| (b"k".to_vec(), format!("v{i}").into_bytes()))
+            .collect();
+        let pos = log.append(Topic::Registry, &recs).unwrap();
+        assert_eq!(pos.last(), Some(&(0, 9)));
+        drop(log);
+        let log = open(d.path());
+        let got = log.read(Topic::Registry, 0, 3, 100).unwrap();
+        assert_eq!(got.len(), 7);
+        assert_eq!(got[0].offset, 3);
+        assert_eq!(got[0].payload, b"v3");
+        assert_eq!(log.end_offset(Topic::Registry, 0).unwrap(), 10);
+    }
+
+    #[test]
+    fn torn_tail_is_cut_and_never_served() {
+        let d = tempfile::tempdir().unwrap();
+        let log = open(d.path());
+        log.append(Topic::Registry, &[(b"k".to_vec(), b"one".to_vec())])
+            .unwrap();
+        log.append(Topic::Registry, &[(b"k".to_vec(), b"two".to_vec())])
+            .unwrap();
+        drop(log);
+        // Simulate a crash mid-write: half of a third frame.
+        let mut frame = Vec::new();
+        encode_frame(b"k", b"three-three-three", &mut frame);
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(seg0(d.path()))
+            .unwrap();
+        f.write_all(&frame[..frame.len() / 2]).unwrap();
+        drop(f);
+        let log = open(d.path());
+        assert_eq!(log.end_offset(Topic::Registry, 0).unwrap(), 2);
+        let got = log.read(Topic::Registry, 0, 0, 10).unwrap();
+        assert_eq!(got.len(), 2);
+        // The log keeps working after the cut.
+        log.append(Topic::Registry, &[(b"k".to_vec(), b"three".to_vec())])
+            .unwrap();
+        drop(log);
+        let log = open(d.path());
+        let got = log.read(Topic::Registry, 0, 0, 10).unwrap();
+        assert_eq!(got[2].payload, b"three");
+    }
+
+    #[test]
+    fn damage_in_the_middle_is_an_error_not_a_cut() {
+        let d = tempfile::tempdir().unwrap();
+        let log = open(d.path());
+        for i in 0..3 {
+            log.append(
+                Topic::Registry,
+                &[(b"k".to_vec(), format!("rec{i}").into_bytes())],
+            )
+            .unwrap();
+        }
+        drop(log);
+        let path = seg0(d.path());
+        let mut bytes = fs::read(&path).unwrap();
+        let len_before = bytes.len();
+        bytes[HEADER + 6] ^= 0xff; // inside the first frame's body
+        fs::write(&path, &bytes).unwrap();
+        let err = EmbeddedLog::open(d.path(), &EmbeddedConfig::default())
+            .err()
+            .expect("corruption must fail the open");
+        let msg = err.to_string();
+        assert!(msg.contains("record offset 0"), "{msg}");
+        assert_eq!(fs::read(&path).unwrap().len(), len_before, "nothing cut");
+    }
+
+    #[test]
+    fn segments_roll_and_read_across() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = EmbeddedConfig {
+            segment_roll_bytes: 200,
+            ..Default::default()
+        };
+        let log = EmbeddedLog::open(d.path(), &cfg).unwrap();
+        for i in 0..50 {
+            log.append(
+                Topic::Registry,
+                &[(b"k".to_vec(), format!("value-{i:04}").into_bytes())],
+            )
+            .unwrap();
+        }
+        drop(log);
+        let log = EmbeddedLog::open(d.path(), &cfg).unwrap();
+        let got = log.read(Topic::Registry, 0, 0, 1000).unwrap();
+        assert_eq!(got.len(), 50);
+        for (i, r) in got.iter().enumerate() {
+            assert_eq!(r.offset, i as u64);
+            assert_eq!(r.payload, format!("value-{i:04}").into_bytes());
+        }
+        assert!(fs::read_dir(d.path().join("registry/0")).unwrap().count() > 2);
+    }
+
+    #[test]
+    fn same_key_same_partition_in_order() {
+        let d = tempfile::tempdir().unwrap();
+        let log = open(d.path());
+        let recs: Vec<_> = (0..20)
+            .map(|i| (format!("chain-{}", i % 3).into_bytes(), vec![i as u8]))
+            .collect();
+        let pos = log.append(Topic::Ledger, &recs).unwrap();
+        for (i, (p, _)) in pos.iter().enumerate() {
+            assert_eq!(
+                *p,
+                partition_for_key(format!("chain-{}", i % 3).as_bytes(), 4)
+            );
+        }
+    }
+
+    #[test]
+    fn concurrent_appends_all_land() {
+        let d = tempfile::tempdir().unwrap();
+        let log = Arc::new(open(d.path()));
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        log.append(Topic::Registry, &[(b"k".to_vec(), vec![t, i])])
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(log.end_offset(Topic::Registry, 0).unwrap(), 200);
+        assert_eq!(log.read(Topic::Registry, 0, 0, 1000).unwrap().len(), 200);
+    }
+}

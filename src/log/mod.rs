@@ -1,0 +1,144 @@
+//! The log: the only copy of the truth. One trait, with the embedded backend
+//! always available; the same behaviour is expected of every backend.
+//!
+//! Guarantee of `append`: when it returns `Ok`, every record of the call is
+//! durable (on the embedded log: written and fsynced; on Kafka: acknowledged
+//! by all in-sync replicas) and will be returned by `read` at the offsets it
+//! reports, in order.
+
+pub mod embedded;
+
+use std::fmt;
+use std::time::Duration;
+
+/// The topics of a ledger. Names on disk / on the broker share a prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Topic {
+    /// Ledger events, key = chain root: a chain lives in one partition.
+    Ledger,
+    /// Agent versions, one partition.
+    Registry,
+    /// JSON of the agent events actually published, for downstream consumers.
+    Published,
+    /// Hash-chain checkpoints of the other topics.
+    Checkpoints,
+}
+
+impl Topic {
+    pub const ALL: [Topic; 4] = [
+        Topic::Ledger,
+        Topic::Registry,
+        Topic::Published,
+        Topic::Checkpoints,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Topic::Ledger => "ledger",
+            Topic::Registry => "registry",
+            Topic::Published => "published",
+            Topic::Checkpoints => "checkpoints",
+        }
+    }
+
+    pub fn index(self) -> u8 {
+        match self {
+            Topic::Ledger => 0,
+            Topic::Registry => 1,
+            Topic::Published => 2,
+            Topic::Checkpoints => 3,
+        }
+    }
+}
+
+impl fmt::Display for Topic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One record as stored in the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecord {
+    pub partition: u32,
+    pub offset: u64,
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("corrupt log: {0}")]
+    Corrupt(String),
+    #[error("topic {topic} has no partition {partition}")]
+    NoSuchPartition { topic: Topic, partition: u32 },
+    #[error("record of {size} bytes exceeds the log's limit of {limit} bytes")]
+    TooLarge { size: usize, limit: usize },
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl LogError {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        LogError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// A partitioned, append-only log with per-partition offsets.
+pub trait Log: Send + Sync {
+    /// Number of partitions of a topic.
+    fn partitions(&self, topic: Topic) -> u32;
+
+    /// Append records (key, payload) durably; returns (partition, offset) of each.
+    /// Records with equal keys keep their order within one partition.
+    fn append(
+        &self,
+        topic: Topic,
+        records: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<Vec<(u32, u64)>, LogError>;
+
+    /// Up to `max` records of one partition starting at `from`.
+    fn read(
+        &self,
+        topic: Topic,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<LogRecord>, LogError>;
+
+    /// The offset the next record of this partition will get.
+    fn end_offset(&self, topic: Topic, partition: u32) -> Result<u64, LogError>;
+
+    /// Block until the partition's end passes `offset` or `timeout` runs out;
+    /// returns the end offset. Used to follow the tail.
+    fn wait_beyond(
+        &self,
+        topic: Topic,
+        partition: u32,
+        offset: u64,
+        timeout: Duration,
+    ) -> Result<u64, LogError>;
+
+    /// A short description for status output.
+    fn describe(&self) -> String;
+}
+
+/// The partition a key goes to on backends that choose it themselves.
+/// FNV-1a: stable across builds and platforms (std's hasher is not).
+pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in key {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    (h % partitions.max(1) as u64) as u32
+}

@@ -1,0 +1,7 @@
+//! The `agentledger` command line.
+
+mod cli;
+
+fn main() {
+    std::process::exit(cli::run());
+}

@@ -1,0 +1,264 @@
+//! The events the ledger records. Each is one record body in the log; the
+//! views are a fold of these and nothing else. Records are self-contained
+//! (a run's closing record says what it published and what it withheld), so
+//! replaying the log never has to re-decide anything (R1).
+//!
+//! These types go through bincode: no `skip_serializing_if`, `flatten` or
+//! tagged enums here, they would break the non-self-describing wire format.
+
+use serde::{Deserialize, Serialize};
+
+/// How many hops a chain may go: a run at this hop runs but publishes no events (R2).
+pub const HOP_LIMIT: u32 = 8;
+
+/// The built-in artifact every run may publish.
+pub const FINAL_ANSWER: &str = "final_answer";
+
+/// One event an agent version emits, and which artifacts it exposes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EmitDecl {
+    pub event: String,
+    pub context: String,
+    pub artifacts: Vec<String>,
+}
+
+/// A loop the publish-time search found (R10), as shown to the publisher.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopWarningRecord {
+    pub loop_agents: Vec<String>,
+    pub text: String,
+    pub note: Option<String>,
+}
+
+/// The outcome of the publish-time loop search, kept with the version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct LoopCheck {
+    pub warnings: Vec<LoopWarningRecord>,
+    pub may_be_more: bool,
+    pub checked_in_full: bool,
+    pub text: Option<String>,
+}
+
+/// A published agent version (registry topic).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentVersion {
+    pub agent: String,
+    pub version: u32,
+    pub scope: String,
+    pub listens: Vec<String>,
+    pub emits: Vec<EmitDecl>,
+    /// Scopes whose agents the publisher may see by name.
+    pub access: Vec<String>,
+    pub tool_budget: Option<u32>,
+    pub loop_check: LoopCheck,
+}
+
+/// What the ledger keeps of an artifact: never its bytes (R8).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactRef {
+    pub name: String,
+    /// `cas://sha256/<hex>`: where the content store keeps the bytes.
+    pub content_ref: String,
+    /// `sha256:<hex>`
+    pub digest: String,
+    pub size: u64,
+    pub source_run: String,
+    pub labels: Vec<String>,
+}
+
+/// The event that opened a listener run: name, id, and its artifact contract.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trigger {
+    pub event_id: String,
+    pub event: String,
+    pub context: String,
+    pub source_run: String,
+    /// The artifacts the event exposes: the only names the listener may read.
+    pub artifacts: Vec<ArtifactRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunOpened {
+    pub run: String,
+    pub agent: String,
+    pub version: u32,
+    /// The agent's scope in that version (its runs carry `area:<scope>`).
+    pub scope: String,
+    /// Chain position, recorded once here and never recomputed (R1).
+    /// `None` for runs an older worker opened without recording it (R6).
+    pub root: Option<String>,
+    pub hop: Option<u32>,
+    pub trigger: Option<Trigger>,
+    /// Set when an older worker opened the run from this event id (R6).
+    pub legacy_trigger: Option<String>,
+    pub labels: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactRead {
+    pub run: String,
+    pub artifact: ArtifactRef,
+    /// The run's labels after the read: the artifact's labels flow in (R9).
+    pub labels_after: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadRefused {
+    pub run: String,
+    pub requested: String,
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunStatus {
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "succeeded" => Some(RunStatus::Succeeded),
+            "failed" => Some(RunStatus::Failed),
+            "cancelled" => Some(RunStatus::Cancelled),
+            _ => None,
+        }
+    }
+}
+
+/// An agent event a closing run publishes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentEventOut {
+    pub event_id: String,
+    pub event: String,
+    pub context: String,
+    pub artifacts: Vec<ArtifactRef>,
+}
+
+/// Why a closing run's declared events were not published.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WithheldReason {
+    /// The run is at the hop limit (R2): names the chain's root and the limit.
+    HopLimit { root: String, limit: u32 },
+    /// The run was opened without a recorded chain position (R6).
+    ChainUnknown,
+    /// The run did not succeed; a failed run starts nothing downstream.
+    NotSucceeded { status: RunStatus },
+}
+
+impl WithheldReason {
+    pub fn code(&self) -> &'static str {
+        match self {
+            WithheldReason::HopLimit { .. } => "hop_limit",
+            WithheldReason::ChainUnknown => "chain_unknown",
+            WithheldReason::NotSucceeded { .. } => "not_succeeded",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Withheld {
+    pub reason: WithheldReason,
+    pub events: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunClosed {
+    pub run: String,
+    pub status: RunStatus,
+    pub summary: String,
+    pub artifacts: Vec<ArtifactRef>,
+    pub labels: Vec<String>,
+    pub published: Vec<AgentEventOut>,
+    /// `None` also in closing records written by an older worker: the
+    /// dispatcher still withholds for a run whose chain is unknown (R6).
+    pub withheld: Option<Withheld>,
+}
+
+/// Why the dispatcher did not open a listener.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RefusalReason {
+    /// R4: an agent is never started by its own event.
+    SelfListen,
+    /// R9: the listener's scope does not cover every `area:` of the artifacts.
+    ScopeBarrier {
+        listener_scope: String,
+        areas: Vec<String>,
+    },
+}
+
+impl RefusalReason {
+    pub fn code(&self) -> &'static str {
+        match self {
+            RefusalReason::SelfListen => "self_listen",
+            RefusalReason::ScopeBarrier { .. } => "scope_barrier",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenerRefused {
+    pub source_run: String,
+    pub event_id: String,
+    pub event: String,
+    pub agent: String,
+    pub reason: RefusalReason,
+}
+
+/// The dispatcher finished with one closed run: advances its durable cursor (R7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunDispatched {
+    pub run: String,
+    /// Log position of the run's closing record; the cursor moves past it.
+    pub closed_partition: u32,
+    pub closed_offset: u64,
+    pub opened: Vec<String>,
+}
+
+/// Every kind of ledger record body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LedgerEvent {
+    AgentPublished(AgentVersion),
+    RunOpened(RunOpened),
+    ArtifactRead(ArtifactRead),
+    ReadRefused(ReadRefused),
+    RunClosed(RunClosed),
+    ListenerRefused(ListenerRefused),
+    RunDispatched(RunDispatched),
+}
+
+impl LedgerEvent {
+    /// The run whose trail this event is a step of (None for registry records).
+    pub fn trail_run(&self) -> Option<&str> {
+        match self {
+            LedgerEvent::AgentPublished(_) => None,
+            LedgerEvent::RunOpened(e) => Some(&e.run),
+            LedgerEvent::ArtifactRead(e) => Some(&e.run),
+            LedgerEvent::ReadRefused(e) => Some(&e.run),
+            LedgerEvent::RunClosed(e) => Some(&e.run),
+            LedgerEvent::ListenerRefused(e) => Some(&e.source_run),
+            LedgerEvent::RunDispatched(e) => Some(&e.run),
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LedgerEvent::AgentPublished(_) => "agent_published",
+            LedgerEvent::RunOpened(_) => "run_opened",
+            LedgerEvent::ArtifactRead(_) => "artifact_read",
+            LedgerEvent::ReadRefused(_) => "read_refused",
+            LedgerEvent::RunClosed(_) => "run_closed",
+            LedgerEvent::ListenerRefused(_) => "listener_refused",
+            LedgerEvent::RunDispatched(_) => "run_dispatched",
+        }
+    }
+}

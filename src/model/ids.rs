@@ -1,0 +1,60 @@
+//! Deterministic ids. Every id the engine makes is a digest of what it names,
+//! so a decision replayed after a crash yields the same id and deduplicates.
+
+use sha2::{Digest, Sha256};
+
+fn digest_hex(parts: &[&str], len: usize) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p.as_bytes());
+    }
+    let full = hex::encode(h.finalize());
+    full[..len].to_string()
+}
+
+/// Id of the `step`-th trail step of `run`: unique per step, the same on every replay.
+pub fn step_event_id(run: &str, step: u32) -> String {
+    format!("ev-{}", digest_hex(&["step", run, &step.to_string()], 24))
+}
+
+/// Id of an agent event a run publishes when it closes.
+pub fn agent_event_id(run: &str, event: &str) -> String {
+    format!("ae-{}", digest_hex(&["emit", run, event], 24))
+}
+
+/// Id of the record that publishes version `version` of `agent`.
+pub fn agent_version_event_id(agent: &str, version: u32) -> String {
+    format!(
+        "av-{}",
+        digest_hex(&["agent", agent, &version.to_string()], 24)
+    )
+}
+
+/// Run id of the listener `agent` opened by the agent event `event_id` (R3:
+/// deterministic, so a second delivery finds the run already open).
+pub fn listener_run_id(event_id: &str, agent: &str) -> String {
+    format!("run-{}", digest_hex(&["listener", event_id, agent], 16))
+}
+
+/// Ids users give (runs, agents, tasks) are short, printable and unambiguous.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_deterministic_and_distinct() {
+        assert_eq!(listener_run_id("e1", "a"), listener_run_id("e1", "a"));
+        assert_ne!(listener_run_id("e1", "a"), listener_run_id("e1", "b"));
+        assert_ne!(listener_run_id("e1a", ""), listener_run_id("e1", "a"));
+        assert_ne!(step_event_id("r", 1), step_event_id("r", 2));
+    }
+}

@@ -1,0 +1,7 @@
+//! The ledger's vocabulary: scopes, ids, and the events that make up the log.
+
+pub mod event;
+pub mod ids;
+pub mod scope;
+
+pub use event::*;

@@ -1,0 +1,192 @@
+//! The projector: folds log records into the views. It only evolves state
+//! from what records say (decisions were made before the record was
+//! written), so every replay and rebuild reaches the same views (R1).
+//! Applying a record twice changes nothing: trail steps are keyed by
+//! (run, step) and checked against the event id, versions by (agent, number).
+
+use crate::codec::Record;
+use crate::model::*;
+use crate::views::{keys, AgentState, RunState, TrailStep, ViewError, ViewTxn};
+
+/// Where a record sits in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    pub partition: u32,
+    pub offset: u64,
+}
+
+/// Outcome of applying one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    Applied,
+    /// The same event was applied before (a duplicate delivery).
+    Duplicate,
+    /// Another event already holds this trail step: two writers decided for
+    /// the same run. Kept out of the views and logged.
+    Conflict,
+}
+
+fn sorted_union(a: &[String], b: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = a.iter().chain(b.iter()).cloned().collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Apply one ledger or registry record to the batch.
+pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: &Record) -> Result<Applied, ViewError> {
+    if let LedgerEvent::AgentPublished(v) = &rec.event {
+        return apply_version(txn, v);
+    }
+    let Some(run_id) = rec.event.trail_run() else {
+        return Ok(Applied::Applied);
+    };
+    let tkey = keys::trail(run_id, rec.step);
+    if let Some(existing) = txn.get::<TrailStep>(&tkey)? {
+        if existing.event_id == rec.event_id {
+            return Ok(Applied::Duplicate);
+        }
+        tracing::error!(
+            run = run_id,
+            step = rec.step,
+            held_by = %existing.event_id,
+            refused = %rec.event_id,
+            "two records claim the same trail step; keeping the first"
+        );
+        return Ok(Applied::Conflict);
+    }
+    // A step of a run the views have never seen opened has nowhere to go.
+    if !matches!(rec.event, LedgerEvent::RunOpened(_)) && !txn.run_exists(run_id)? {
+        tracing::error!(
+            run = run_id,
+            kind = rec.event.kind(),
+            "record for an unknown run; skipped"
+        );
+        return Ok(Applied::Conflict);
+    }
+    txn.put(
+        tkey,
+        &TrailStep {
+            step: rec.step,
+            partition: pos.partition,
+            offset: pos.offset,
+            time_ms: rec.time_ms,
+            event_id: rec.event_id.clone(),
+            writer: rec.writer.clone(),
+            event: rec.event.clone(),
+        },
+    );
+    match &rec.event {
+        LedgerEvent::AgentPublished(_) => {}
+        LedgerEvent::RunOpened(e) => {
+            txn.insert_run(RunState {
+                run: e.run.clone(),
+                agent: e.agent.clone(),
+                version: e.version,
+                scope: e.scope.clone(),
+                root: e.root.clone(),
+                hop: e.hop,
+                trigger: e.trigger.clone(),
+                legacy_trigger: e.legacy_trigger.clone(),
+                labels: sorted_union(&e.labels, &[]),
+                status: None,
+                next_step: rec.step + 1,
+                tool_calls: 0,
+                artifacts: Vec::new(),
+                published: Vec::new(),
+                withheld: None,
+                closed_at: None,
+                dispatched: false,
+                refused_listeners: Vec::new(),
+            });
+            if let (Some(root), Some(hop)) = (&e.root, e.hop) {
+                let chain = txn.chain_mut(root)?;
+                if !chain.runs.contains(&e.run) {
+                    chain.runs.push(e.run.clone());
+                }
+                chain.max_hop = chain.max_hop.max(hop);
+            }
+        }
+        LedgerEvent::ArtifactRead(e) => {
+            if let Some(run) = txn.run_mut(&e.run)? {
+                run.labels = sorted_union(&run.labels, &e.labels_after);
+                run.tool_calls += 1;
+                run.next_step = run.next_step.max(rec.step + 1);
+            }
+        }
+        LedgerEvent::ReadRefused(e) => {
+            if let Some(run) = txn.run_mut(&e.run)? {
+                run.tool_calls += 1;
+                run.next_step = run.next_step.max(rec.step + 1);
+            }
+        }
+        LedgerEvent::RunClosed(e) => {
+            for a in &e.artifacts {
+                txn.put(keys::artifact(&e.run, &a.name), a);
+            }
+            txn.put(keys::finished(pos.partition, pos.offset), &e.run);
+            if let Some(run) = txn.run_mut(&e.run)? {
+                run.status = Some(e.status);
+                run.labels = sorted_union(&run.labels, &e.labels);
+                run.artifacts = e.artifacts.clone();
+                run.published = e.published.clone();
+                run.withheld = e.withheld.clone();
+                run.closed_at = Some((pos.partition, pos.offset));
+                run.next_step = run.next_step.max(rec.step + 1);
+            }
+        }
+        LedgerEvent::ListenerRefused(e) => {
+            if let Some(run) = txn.run_mut(&e.source_run)? {
+                let k = format!("{}/{}", e.event_id, e.agent);
+                if !run.refused_listeners.contains(&k) {
+                    run.refused_listeners.push(k);
+                }
+                run.next_step = run.next_step.max(rec.step + 1);
+            }
+        }
+        LedgerEvent::RunDispatched(e) => {
+            if let Some(run) = txn.run_mut(&e.run)? {
+                run.dispatched = true;
+                run.next_step = run.next_step.max(rec.step + 1);
+            }
+            txn.del(keys::finished(e.closed_partition, e.closed_offset));
+            let ckey = keys::dispatch_cursor(e.closed_partition);
+            let cursor: u64 = txn.get(&ckey)?.unwrap_or(0);
+            txn.put(ckey, &cursor.max(e.closed_offset + 1));
+        }
+    }
+    Ok(Applied::Applied)
+}
+
+fn apply_version(txn: &mut ViewTxn<'_>, v: &AgentVersion) -> Result<Applied, ViewError> {
+    let vkey = keys::version(&v.agent, v.version);
+    if txn.contains(&vkey)? {
+        return Ok(Applied::Duplicate);
+    }
+    txn.put(vkey, v);
+    let akey = keys::agent(&v.agent);
+    let current: Option<AgentState> = txn.get(&akey)?;
+    if let Some(cur) = &current {
+        if cur.current > v.version {
+            // An older version arriving late never replaces a newer one.
+            return Ok(Applied::Applied);
+        }
+        if let Some(old) = txn.get::<AgentVersion>(&keys::version(&v.agent, cur.current))? {
+            for ev in &old.listens {
+                txn.del(keys::listener(ev, &v.agent));
+            }
+        }
+    }
+    for ev in &v.listens {
+        txn.put(keys::listener(ev, &v.agent), &());
+    }
+    txn.put(
+        akey,
+        &AgentState {
+            agent: v.agent.clone(),
+            current: v.version,
+            scope: v.scope.clone(),
+        },
+    );
+    Ok(Applied::Applied)
+}

@@ -1,0 +1,70 @@
+//! Rebuild: project the whole log into fresh views, then swap them in. Views
+//! are disposable; the log is the truth. The digest printed afterwards is
+//! over every view key and value, so it can be compared with the live
+//! views' digest (they must be equal when the live views were whole).
+
+use crate::engine::{project_all, DataDir};
+use crate::error::{LedgerError, Result};
+use crate::log::{Log, Topic};
+use crate::views::Views;
+use std::fs;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebuildReport {
+    pub records: u64,
+    pub digest: String,
+    /// Digest of the views replaced (caught up to the log first); `None`
+    /// when they could not be read.
+    pub previous_digest: Option<String>,
+}
+
+/// Total records the projector reads (for a progress bar).
+pub fn projected_records(log: &dyn Log) -> Result<u64> {
+    let mut n = 0;
+    for topic in [Topic::Registry, Topic::Ledger] {
+        for p in 0..log.partitions(topic) {
+            n += log.end_offset(topic, p)?;
+        }
+    }
+    Ok(n)
+}
+
+/// Rebuild the views of an embedded data dir. The caller holds the data
+/// dir's lock and has no views open.
+pub fn rebuild_views(dd: &DataDir, log: &dyn Log, progress: &dyn Fn(u64)) -> Result<RebuildReport> {
+    let live = dd.views();
+    let fresh = dd.root.join("views.rebuild");
+    let old = dd.root.join("views.old");
+    let io = |what: &str, e: std::io::Error| LedgerError::Other(format!("{what}: {e}"));
+    let _ = fs::remove_dir_all(&fresh);
+    let _ = fs::remove_dir_all(&old);
+    let previous_digest = if live.exists() {
+        match Views::open(&live) {
+            Ok(v) => project_all(log, &v, &|_| {})
+                .ok()
+                .and_then(|_| v.digest().ok()),
+            Err(e) => {
+                tracing::warn!("live views unreadable ({e}); rebuilding without comparing");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let (records, digest) = {
+        let views = Views::open(&fresh)?;
+        let records = project_all(log, &views, progress)?;
+        views.flush()?;
+        (records, views.digest()?)
+    };
+    if live.exists() {
+        fs::rename(&live, &old).map_err(|e| io("move old views aside", e))?;
+    }
+    fs::rename(&fresh, &live).map_err(|e| io("swap in rebuilt views", e))?;
+    let _ = fs::remove_dir_all(&old);
+    Ok(RebuildReport {
+        records,
+        digest,
+        previous_digest,
+    })
+}

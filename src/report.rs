@@ -1,0 +1,190 @@
+//! Trails for people and for machines: one line per step, the withheld
+//! closing step spelled out; or one JSON object per step.
+
+use crate::error::{Refusal, Result};
+use crate::model::*;
+use crate::views::{TrailStep, Views};
+use serde_json::{json, Value};
+
+/// The steps of one run, or of its whole chain in log order.
+pub fn collect_trail(
+    views: &Views,
+    run: &str,
+    whole_chain: bool,
+) -> Result<Vec<(String, TrailStep)>> {
+    let state = views
+        .run(run)?
+        .ok_or_else(|| Refusal::new("unknown_run", format!("no run {run:?} in the ledger")))?;
+    let runs = match (&state.root, whole_chain) {
+        (Some(root), true) => views
+            .chain(root)?
+            .map(|c| c.runs)
+            .unwrap_or_else(|| vec![run.to_string()]),
+        _ => vec![run.to_string()],
+    };
+    let mut steps = Vec::new();
+    for r in runs {
+        for s in views.trail(&r)? {
+            steps.push((r.clone(), s));
+        }
+    }
+    // A chain lives in one partition, so its offsets order it.
+    steps.sort_by_key(|(_, s)| (s.partition, s.offset));
+    Ok(steps)
+}
+
+fn labels_text(labels: &[String]) -> String {
+    format!("[{}]", labels.join(", "))
+}
+
+/// One readable line for a step.
+pub fn step_line(run: &str, s: &TrailStep) -> String {
+    let body = match &s.event {
+        LedgerEvent::AgentPublished(v) => format!("published agent {} v{}", v.agent, v.version),
+        LedgerEvent::RunOpened(e) => {
+            let pos = match (&e.root, e.hop) {
+                (Some(r), Some(h)) => format!("root {r}, hop {h}"),
+                _ => format!(
+                    "chain position unknown (opened by an older worker from event {})",
+                    e.legacy_trigger.as_deref().unwrap_or("?")
+                ),
+            };
+            let by = match &e.trigger {
+                Some(t) => format!(
+                    " by {} from {} (exposes {})",
+                    t.event,
+                    t.source_run,
+                    if t.artifacts.is_empty() {
+                        "nothing".to_string()
+                    } else {
+                        t.artifacts
+                            .iter()
+                            .map(|a| a.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                ),
+                None if e.legacy_trigger.is_none() => " by a user".to_string(),
+                None => String::new(),
+            };
+            format!(
+                "opened {} v{}{by}; {pos}; labels {}",
+                e.agent,
+                e.version,
+                labels_text(&e.labels)
+            )
+        }
+        LedgerEvent::ArtifactRead(e) => format!(
+            "read {} from {} ({}, {} bytes); labels now {}",
+            e.artifact.name,
+            e.artifact.source_run,
+            e.artifact.digest,
+            e.artifact.size,
+            labels_text(&e.labels_after)
+        ),
+        LedgerEvent::ReadRefused(e) => format!(
+            "read of {:?} REFUSED ({}): {}",
+            e.requested, e.code, e.message
+        ),
+        LedgerEvent::RunClosed(e) => {
+            let arts = if e.artifacts.is_empty() {
+                "no artifacts".to_string()
+            } else {
+                format!(
+                    "artifacts {}",
+                    e.artifacts
+                        .iter()
+                        .map(|a| a.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            let outcome = match &e.withheld {
+                Some(w) => match &w.reason {
+                    WithheldReason::HopLimit { root, limit } => format!(
+                        "events WITHHELD ({}): this run is at hop {limit}, the limit of the chain started by {root}; its listeners do not start",
+                        w.events.join(", ")
+                    ),
+                    WithheldReason::ChainUnknown => format!(
+                        "events WITHHELD ({}): the chain is unknown (the run was opened without a recorded chain position)",
+                        w.events.join(", ")
+                    ),
+                    WithheldReason::NotSucceeded { status } => {
+                        format!("events not published ({}): the run {}", w.events.join(", "), status.as_str())
+                    }
+                },
+                None if e.published.is_empty() => "publishes no events".to_string(),
+                None => format!(
+                    "publishes {}",
+                    e.published.iter().map(|p| p.event.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            };
+            let summary = if e.summary.is_empty() {
+                String::new()
+            } else {
+                format!(" {:?}", e.summary)
+            };
+            format!(
+                "closed {}{summary}; {arts}; {outcome}; labels {}",
+                e.status.as_str(),
+                labels_text(&e.labels)
+            )
+        }
+        LedgerEvent::ListenerRefused(e) => {
+            let why = match &e.reason {
+                RefusalReason::SelfListen => {
+                    "an agent is never started by its own event".to_string()
+                }
+                RefusalReason::ScopeBarrier {
+                    listener_scope,
+                    areas,
+                } => format!(
+                    "scope barrier: {listener_scope} may not receive data of {}",
+                    areas
+                        .iter()
+                        .map(|a| format!("area:{a}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            format!(
+                "listener {} for {} NOT OPENED ({}): {why}",
+                e.agent,
+                e.event,
+                e.reason.code()
+            )
+        }
+        LedgerEvent::RunDispatched(e) => {
+            if e.opened.is_empty() {
+                "dispatched: no listener opened".to_string()
+            } else {
+                format!("dispatched: opened {}", e.opened.join(", "))
+            }
+        }
+    };
+    format!("{run:<22} #{:<3} {body}", s.step)
+}
+
+/// One JSON object for a step.
+pub fn step_json(run: &str, s: &TrailStep) -> Value {
+    let mut detail = serde_json::to_value(&s.event).unwrap_or(Value::Null);
+    // Externally tagged {"RunOpened": {...}}: keep the inner object.
+    if let Value::Object(m) = &mut detail {
+        if m.len() == 1 {
+            if let Some((_, inner)) = m.iter().next() {
+                detail = inner.clone();
+            }
+        }
+    }
+    json!({
+        "run": run,
+        "step": s.step,
+        "kind": s.event.kind(),
+        "partition": s.partition,
+        "offset": s.offset,
+        "time_ms": s.time_ms,
+        "event_id": s.event_id,
+        "writer": s.writer,
+        "detail": detail,
+    })
+}

@@ -1,0 +1,84 @@
+//! Key layout of the single views tree. One byte of prefix says what a key
+//! holds; ids are followed by a 0 byte where something comes after them, and
+//! numbers are big-endian so that keys sort in numeric order.
+
+use crate::log::Topic;
+
+pub const OFFSET: u8 = b'o';
+pub const AGENT: u8 = b'a';
+pub const VERSION: u8 = b'v';
+pub const LISTENER: u8 = b'l';
+pub const RUN: u8 = b'r';
+pub const TRAIL: u8 = b't';
+pub const CHAIN: u8 = b'c';
+pub const FINISHED: u8 = b'f';
+pub const CURSOR: u8 = b'd';
+pub const ARTIFACT: u8 = b'p';
+
+pub const ALL_PREFIXES: [(u8, &str); 10] = [
+    (OFFSET, "offsets"),
+    (AGENT, "agents"),
+    (VERSION, "versions"),
+    (LISTENER, "listeners"),
+    (RUN, "runs"),
+    (TRAIL, "trail_steps"),
+    (CHAIN, "chains"),
+    (FINISHED, "finished_queue"),
+    (CURSOR, "dispatch_cursors"),
+    (ARTIFACT, "artifacts"),
+];
+
+fn with(prefix: u8, parts: &[&[u8]]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + parts.iter().map(|p| p.len()).sum::<usize>());
+    k.push(prefix);
+    for p in parts {
+        k.extend_from_slice(p);
+    }
+    k
+}
+
+pub fn offset(topic: Topic, partition: u32) -> Vec<u8> {
+    with(OFFSET, &[&[topic.index()], &partition.to_be_bytes()])
+}
+pub fn agent(agent: &str) -> Vec<u8> {
+    with(AGENT, &[agent.as_bytes()])
+}
+pub fn version_prefix(agent: &str) -> Vec<u8> {
+    with(VERSION, &[agent.as_bytes(), &[0]])
+}
+pub fn version(agent: &str, version: u32) -> Vec<u8> {
+    with(VERSION, &[agent.as_bytes(), &[0], &version.to_be_bytes()])
+}
+pub fn listener_prefix(event: &str) -> Vec<u8> {
+    with(LISTENER, &[event.as_bytes(), &[0]])
+}
+pub fn listener(event: &str, agent: &str) -> Vec<u8> {
+    with(LISTENER, &[event.as_bytes(), &[0], agent.as_bytes()])
+}
+pub fn run(run: &str) -> Vec<u8> {
+    with(RUN, &[run.as_bytes()])
+}
+pub fn trail_prefix(run: &str) -> Vec<u8> {
+    with(TRAIL, &[run.as_bytes(), &[0]])
+}
+pub fn trail(run: &str, step: u32) -> Vec<u8> {
+    with(TRAIL, &[run.as_bytes(), &[0], &step.to_be_bytes()])
+}
+pub fn chain(root: &str) -> Vec<u8> {
+    with(CHAIN, &[root.as_bytes()])
+}
+pub fn finished(partition: u32, offset: u64) -> Vec<u8> {
+    with(FINISHED, &[&partition.to_be_bytes(), &offset.to_be_bytes()])
+}
+pub fn finished_offset(key: &[u8]) -> u64 {
+    key.get(5..13)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
+        .unwrap_or(0)
+}
+pub fn dispatch_cursor(partition: u32) -> Vec<u8> {
+    with(CURSOR, &[&partition.to_be_bytes()])
+}
+pub fn artifact(run: &str, name: &str) -> Vec<u8> {
+    with(ARTIFACT, &[run.as_bytes(), &[0], name.as_bytes()])
+}

@@ -1,0 +1,206 @@
+//! Views: projections of the log kept in sled. They are disposable — the log
+//! is the truth, and any damaged view is rebuilt from it. Everything lives in
+//! one sled tree under short key prefixes, so that one atomic batch carries a
+//! whole projector step: the view changes *and* the log offsets they reach
+//! (a crash never applies a record twice or skips one).
+
+pub mod keys;
+pub mod state;
+pub mod txn;
+
+pub use state::*;
+pub use txn::ViewTxn;
+
+use crate::codec;
+use crate::log::Topic;
+use sha2::{Digest, Sha256};
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    #[error("sled: {0}")]
+    Sled(#[from] sled::Error),
+    #[error("damaged view value under {key}: {source}; run `agentledger rebuild`")]
+    Damaged {
+        key: String,
+        #[source]
+        source: codec::CodecError,
+    },
+}
+
+pub struct Views {
+    db: sled::Db,
+    tree: sled::Tree,
+}
+
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    key: &[u8],
+    bytes: &[u8],
+) -> Result<T, ViewError> {
+    codec::from_bytes(bytes).map_err(|source| ViewError::Damaged {
+        key: String::from_utf8_lossy(key).into_owned(),
+        source,
+    })
+}
+
+pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    // View state types are plain data; encoding them cannot fail.
+    codec::to_bytes(value).unwrap_or_default()
+}
+
+impl Views {
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, ViewError> {
+        let db = sled::Config::new()
+            .path(dir.as_ref())
+            .cache_capacity(256 * 1024 * 1024)
+            .open()?;
+        let tree = db.open_tree("views")?;
+        Ok(Self { db, tree })
+    }
+
+    pub fn tree(&self) -> &sled::Tree {
+        &self.tree
+    }
+
+    pub fn flush(&self) -> Result<(), ViewError> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    pub fn txn(&self) -> ViewTxn<'_> {
+        ViewTxn::new(self)
+    }
+
+    fn get_typed<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &[u8],
+    ) -> Result<Option<T>, ViewError> {
+        match self.tree.get(key)? {
+            Some(v) => Ok(Some(decode(key, &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The next offset the projector will read of a topic partition.
+    pub fn offset(&self, topic: Topic, partition: u32) -> Result<u64, ViewError> {
+        Ok(self
+            .get_typed(&keys::offset(topic, partition))?
+            .unwrap_or(0))
+    }
+
+    pub fn run(&self, run: &str) -> Result<Option<RunState>, ViewError> {
+        self.get_typed(&keys::run(run))
+    }
+
+    pub fn agent(&self, agent: &str) -> Result<Option<AgentState>, ViewError> {
+        self.get_typed(&keys::agent(agent))
+    }
+
+    pub fn version(
+        &self,
+        agent: &str,
+        version: u32,
+    ) -> Result<Option<crate::model::AgentVersion>, ViewError> {
+        self.get_typed(&keys::version(agent, version))
+    }
+
+    /// The current version of an agent.
+    pub fn current_version(
+        &self,
+        agent: &str,
+    ) -> Result<Option<crate::model::AgentVersion>, ViewError> {
+        match self.agent(agent)? {
+            Some(a) => self.version(agent, a.current),
+            None => Ok(None),
+        }
+    }
+
+    /// Every version of an agent, oldest first.
+    pub fn versions(&self, agent: &str) -> Result<Vec<crate::model::AgentVersion>, ViewError> {
+        let prefix = keys::version_prefix(agent);
+        let mut out = Vec::new();
+        for kv in self.tree.scan_prefix(&prefix) {
+            let (k, v) = kv?;
+            out.push(decode(&k, &v)?);
+        }
+        Ok(out)
+    }
+
+    /// Agents whose current version listens to `event`, sorted by name.
+    pub fn listeners(&self, event: &str) -> Result<Vec<String>, ViewError> {
+        let prefix = keys::listener_prefix(event);
+        let mut out = Vec::new();
+        for kv in self.tree.scan_prefix(&prefix) {
+            let (k, _) = kv?;
+            out.push(String::from_utf8_lossy(&k[prefix.len()..]).into_owned());
+        }
+        Ok(out)
+    }
+
+    /// All agents' current state, sorted by name.
+    pub fn agents(&self) -> Result<Vec<AgentState>, ViewError> {
+        let mut out = Vec::new();
+        for kv in self.tree.scan_prefix([keys::AGENT]) {
+            let (k, v) = kv?;
+            out.push(decode(&k, &v)?);
+        }
+        Ok(out)
+    }
+
+    pub fn chain(&self, root: &str) -> Result<Option<ChainState>, ViewError> {
+        self.get_typed(&keys::chain(root))
+    }
+
+    /// A run's trail, in step order.
+    pub fn trail(&self, run: &str) -> Result<Vec<TrailStep>, ViewError> {
+        let prefix = keys::trail_prefix(run);
+        let mut out = Vec::new();
+        for kv in self.tree.scan_prefix(&prefix) {
+            let (k, v) = kv?;
+            out.push(decode(&k, &v)?);
+        }
+        Ok(out)
+    }
+
+    /// The oldest finished run of a ledger partition not yet dispatched.
+    pub fn next_finished(&self, partition: u32) -> Result<Option<(u64, String)>, ViewError> {
+        let cursor = self.dispatch_cursor(partition)?;
+        let start = keys::finished(partition, cursor);
+        let end = keys::finished(partition, u64::MAX);
+        if let Some(kv) = self.tree.range(start..end).next() {
+            let (k, v) = kv?;
+            let offset = keys::finished_offset(&k);
+            return Ok(Some((offset, decode(&k, &v)?)));
+        }
+        Ok(None)
+    }
+
+    /// Closing records of a partition below this offset have been dispatched (R7).
+    pub fn dispatch_cursor(&self, partition: u32) -> Result<u64, ViewError> {
+        Ok(self
+            .get_typed(&keys::dispatch_cursor(partition))?
+            .unwrap_or(0))
+    }
+
+    /// Count of keys per prefix, for status output.
+    pub fn sizes(&self) -> Result<Vec<(&'static str, u64)>, ViewError> {
+        let mut out = Vec::new();
+        for (prefix, name) in keys::ALL_PREFIXES {
+            out.push((name, self.tree.scan_prefix([prefix]).count() as u64));
+        }
+        Ok(out)
+    }
+
+    /// sha256 over every key and value in order: equal digests, equal views.
+    pub fn digest(&self) -> Result<String, ViewError> {
+        let mut h = Sha256::new();
+        for kv in self.tree.iter() {
+            let (k, v) = kv?;
+            h.update((k.len() as u64).to_le_bytes());
+            h.update(&k);
+            h.update((v.len() as u64).to_le_bytes());
+            h.update(&v);
+        }
+        Ok(hex::encode(h.finalize()))
+    }
+}

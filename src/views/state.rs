@@ -1,0 +1,65 @@
+//! The state the views hold, one struct per kind of key.
+
+use crate::model::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentState {
+    pub agent: String,
+    pub current: u32,
+    pub scope: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunState {
+    pub run: String,
+    pub agent: String,
+    pub version: u32,
+    pub scope: String,
+    pub root: Option<String>,
+    pub hop: Option<u32>,
+    pub trigger: Option<Trigger>,
+    pub legacy_trigger: Option<String>,
+    /// Sorted, without duplicates.
+    pub labels: Vec<String>,
+    /// `None` while the run is open.
+    pub status: Option<RunStatus>,
+    /// The step number the next trail step of this run gets.
+    pub next_step: u32,
+    /// Reads (granted or refused) count as tool calls (R8).
+    pub tool_calls: u32,
+    pub artifacts: Vec<ArtifactRef>,
+    pub published: Vec<AgentEventOut>,
+    pub withheld: Option<Withheld>,
+    /// Log position of the closing record.
+    pub closed_at: Option<(u32, u64)>,
+    pub dispatched: bool,
+    /// `event id/agent` pairs already refused, so a redelivery records nothing twice.
+    pub refused_listeners: Vec<String>,
+}
+
+impl RunState {
+    pub fn is_open(&self) -> bool {
+        self.status.is_none()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainState {
+    pub root: String,
+    /// Runs in the order they were opened.
+    pub runs: Vec<String>,
+    pub max_hop: u32,
+}
+
+/// One step of a run's trail: the record and where it sits in the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrailStep {
+    pub step: u32,
+    pub partition: u32,
+    pub offset: u64,
+    pub time_ms: u64,
+    pub event_id: String,
+    pub writer: String,
+    pub event: LedgerEvent,
+}

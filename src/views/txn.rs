@@ -1,0 +1,122 @@
+//! A write-set over the views: reads see what the batch already wrote, and
+//! `commit` applies everything in one atomic sled batch. Run and chain states
+//! are kept decoded until commit, so a batch that touches one run a hundred
+//! times writes it once (sled's write rate is the projector's bottleneck).
+
+use super::{decode, encode, keys, ChainState, RunState, ViewError, Views};
+use crate::log::Topic;
+use std::collections::{BTreeMap, HashMap};
+
+pub struct ViewTxn<'a> {
+    views: &'a Views,
+    raw: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    runs: HashMap<String, RunState>,
+    chains: HashMap<String, ChainState>,
+}
+
+impl<'a> ViewTxn<'a> {
+    pub(super) fn new(views: &'a Views) -> Self {
+        Self {
+            views,
+            raw: BTreeMap::new(),
+            runs: HashMap::new(),
+            chains: HashMap::new(),
+        }
+    }
+
+    pub fn get_raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>, ViewError> {
+        if let Some(v) = self.raw.get(key) {
+            return Ok(v.clone());
+        }
+        Ok(self.views.tree().get(key)?.map(|v| v.to_vec()))
+    }
+
+    pub fn contains(&self, key: &[u8]) -> Result<bool, ViewError> {
+        if let Some(v) = self.raw.get(key) {
+            return Ok(v.is_some());
+        }
+        Ok(self.views.tree().contains_key(key)?)
+    }
+
+    pub fn get<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, ViewError> {
+        match self.get_raw(key)? {
+            Some(v) => Ok(Some(decode(key, &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn put<T: serde::Serialize>(&mut self, key: Vec<u8>, value: &T) {
+        self.raw.insert(key, Some(encode(value)));
+    }
+
+    pub fn del(&mut self, key: Vec<u8>) {
+        self.raw.insert(key, None);
+    }
+
+    /// A run's state, loaded once into the batch for in-place updates.
+    pub fn run_mut(&mut self, run: &str) -> Result<Option<&mut RunState>, ViewError> {
+        if !self.runs.contains_key(run) {
+            match self.views.run(run)? {
+                Some(s) => {
+                    self.runs.insert(run.to_string(), s);
+                }
+                None => return Ok(None),
+            }
+        }
+        Ok(self.runs.get_mut(run))
+    }
+
+    pub fn run_exists(&mut self, run: &str) -> Result<bool, ViewError> {
+        Ok(self.run_mut(run)?.is_some())
+    }
+
+    pub fn insert_run(&mut self, state: RunState) {
+        self.runs.insert(state.run.clone(), state);
+    }
+
+    pub fn chain_mut(&mut self, root: &str) -> Result<&mut ChainState, ViewError> {
+        if !self.chains.contains_key(root) {
+            let s = self.views.chain(root)?.unwrap_or(ChainState {
+                root: root.to_string(),
+                runs: Vec::new(),
+                max_hop: 0,
+            });
+            self.chains.insert(root.to_string(), s);
+        }
+        Ok(self
+            .chains
+            .entry(root.to_string())
+            .or_insert_with(|| ChainState {
+                root: root.to_string(),
+                runs: Vec::new(),
+                max_hop: 0,
+            }))
+    }
+
+    pub fn set_offset(&mut self, topic: Topic, partition: u32, next: u64) {
+        self.put(keys::offset(topic, partition), &next);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty() && self.runs.is_empty() && self.chains.is_empty()
+    }
+
+    /// Apply every change in one atomic batch.
+    pub fn commit(self) -> Result<(), ViewError> {
+        let mut batch = sled::Batch::default();
+        for (k, v) in self.raw {
+            match v {
+                Some(v) => batch.insert(k, v),
+                None => batch.remove(k),
+            }
+        }
+        for (id, s) in self.runs {
+            batch.insert(keys::run(&id), encode(&s));
+        }
+        for (root, s) in self.chains {
+            batch.insert(keys::chain(&root), encode(&s));
+        }
+        self.views.tree().apply_batch(batch)?;
+        Ok(())
+    }
+}
