@@ -1,0 +1,107 @@
+//! Shared test harness: a ledger driven through the same JSON operations a
+//! platform sends, on a backend chosen by the test (the embedded log today;
+//! every test here is written against the engine, not the backend).
+#![allow(dead_code)]
+
+use agentledger::apply::apply_value;
+use agentledger::engine::{Engine, EngineOptions};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+pub struct Ledger {
+    pub engine: Engine,
+    pub dir: PathBuf,
+}
+
+pub fn fixed_clock_options() -> EngineOptions {
+    EngineOptions {
+        writer: "test-writer".into(),
+        clock: std::sync::Arc::new(|| 1_700_000_000_000),
+        ..EngineOptions::default()
+    }
+}
+
+impl Ledger {
+    pub fn open(dir: &Path) -> Self {
+        let engine = Engine::open_embedded(dir, fixed_clock_options()).expect("open engine");
+        Self {
+            engine,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Apply and expect success.
+    pub fn ok(&mut self, v: Value) -> Value {
+        let a = apply_value(&mut self.engine, &v).unwrap_or_else(|e| panic!("{v} refused: {e}"));
+        assert_eq!(a["ok"], json!(true), "{v} -> {a}");
+        a
+    }
+
+    /// Apply and expect a refusal; returns its code.
+    pub fn refused(&mut self, v: Value) -> String {
+        match apply_value(&mut self.engine, &v) {
+            Ok(a) => panic!("{v} was accepted: {a}"),
+            Err(e) => e.code().to_string(),
+        }
+    }
+
+    pub fn publish(
+        &mut self,
+        agent: &str,
+        scope: &str,
+        listens: &[&str],
+        emits: &[(&str, &[&str])],
+    ) -> Value {
+        self.ok(json!({"op":"publish_agent","agent":agent,"scope":scope,"listens":listens,
+            "emits": emits.iter().map(|(e, a)| json!({"event":e,"context":"ctx","artifacts":a})).collect::<Vec<_>>()}))
+    }
+
+    pub fn open_run(&mut self, run: &str, agent: &str) -> Value {
+        self.ok(json!({"op":"open_run","run":run,"agent":agent}))
+    }
+
+    pub fn close(&mut self, run: &str, artifacts: Value) -> Value {
+        self.ok(json!({"op":"close_run","run":run,"status":"succeeded","summary":"done","artifacts":artifacts}))
+    }
+
+    pub fn dispatch(&mut self) -> Value {
+        self.ok(json!({"op":"dispatch"}))
+    }
+
+    pub fn run(&self, run: &str) -> agentledger::views::RunState {
+        self.engine
+            .views()
+            .run(run)
+            .unwrap()
+            .unwrap_or_else(|| panic!("no run {run}"))
+    }
+
+    /// The developer ⇄ reviewer loop, driven until nothing more opens.
+    /// Returns the runs in hop order.
+    pub fn drive_loop(&mut self, root: &str) -> Vec<String> {
+        self.publish(
+            "developer",
+            "acme/platform",
+            &["review.done"],
+            &[("code.ready", &["patch"])],
+        );
+        self.publish(
+            "reviewer",
+            "acme/platform",
+            &["code.ready"],
+            &[("review.done", &["review"])],
+        );
+        self.open_run(root, "developer");
+        let mut runs = vec![root.to_string()];
+        loop {
+            let current = runs.last().unwrap().clone();
+            self.close(&current, json!({"patch":"p","review":"r"}));
+            let d = self.dispatch();
+            match d["opened"].as_array().and_then(|o| o.first()) {
+                Some(o) => runs.push(o["run"].as_str().unwrap().to_string()),
+                None => break,
+            }
+        }
+        runs
+    }
+}
