@@ -232,6 +232,16 @@ impl Engine {
     }
 }
 
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // sled batches become durable on flush; a crash before it only makes
+        // the projector redo them from the offsets written with them.
+        if let Err(e) = self.views.flush() {
+            tracing::warn!("flushing views on close: {e}");
+        }
+    }
+}
+
 /// Fold the log into the views from their stored offsets to the log's end.
 pub fn project_all(log: &dyn Log, views: &Views, progress: &dyn Fn(u64)) -> Result<u64> {
     let mut applied = 0u64;

@@ -93,7 +93,9 @@ fn encode_frame(key: &[u8], payload: &[u8], out: &mut Vec<u8>) {
 /// What scanning a frame at a position found.
 enum Scan {
     Good { next: u64 },
-    Bad { why: String },
+    /// `torn`: what a crash mid-append leaves (a frame cut short, or space
+    /// the file system allocated but never filled); anything else is damage.
+    Bad { why: String, torn: bool },
     End,
 }
 
@@ -107,6 +109,7 @@ fn scan_frame(buf: &[u8], pos: usize) -> Scan {
                 "{} stray bytes where a frame header should be",
                 buf.len() - pos
             ),
+            torn: true,
         };
     }
     let len = u32::from_le_bytes(buf[pos..pos + 4].try_into().unwrap_or_default()) as usize;
@@ -114,6 +117,7 @@ fn scan_frame(buf: &[u8], pos: usize) -> Scan {
     if !(4..=MAX_FRAME_BYTES + 4).contains(&len) {
         return Scan::Bad {
             why: format!("frame length {len} is impossible"),
+            torn: buf[pos..].iter().all(|b| *b == 0),
         };
     }
     if buf.len() - pos - HEADER < len {
@@ -122,18 +126,21 @@ fn scan_frame(buf: &[u8], pos: usize) -> Scan {
                 "frame of {len} bytes runs past the end of the file ({} left)",
                 buf.len() - pos - HEADER
             ),
+            torn: true,
         };
     }
     let body = &buf[pos + HEADER..pos + HEADER + len];
     if frame_crc(body) != crc {
         return Scan::Bad {
             why: "frame checksum does not match".into(),
+            torn: body.iter().all(|b| *b == 0),
         };
     }
     let key_len = u32::from_le_bytes(body[0..4].try_into().unwrap_or_default()) as usize;
     if key_len > len - 4 {
         return Scan::Bad {
             why: format!("key length {key_len} exceeds the frame"),
+            torn: false,
         };
     }
     Scan::Good {
@@ -216,15 +223,17 @@ impl Partition {
                         positions.push(pos as u64);
                         pos = next as usize;
                     }
-                    Scan::Bad { why } => {
+                    Scan::Bad { why, torn } => {
                         // A tear only ever affects the end of the last segment:
                         // if a good frame follows the bad one, this is damage
                         // in the middle of the log and cutting would lose data.
-                        let good_after = (pos + 1..buf.len())
-                            .any(|p| matches!(scan_frame(&buf, p), Scan::Good { .. }));
-                        if !last || good_after {
+                        let damage = !last
+                            || !torn
+                            || (pos + 1..buf.len())
+                                .any(|p| matches!(scan_frame(&buf, p), Scan::Good { .. }));
+                        if damage {
                             return Err(LogError::Corrupt(format!(
-                                "{} at byte {pos} (record offset {}): {why}; records after it are intact, so this is not a torn tail and nothing was cut",
+                                "{} at byte {pos} (record offset {}): {why}; this is damage, not a torn tail from a crash, so nothing was cut",
                                 path.display(),
                                 base + positions.len() as u64
                             )));
@@ -629,6 +638,37 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.contains("record offset 0"), "{msg}");
         assert_eq!(fs::read(&path).unwrap().len(), len_before, "nothing cut");
+    }
+
+    #[test]
+    fn damaged_last_record_is_not_mistaken_for_a_tear() {
+        let d = tempfile::tempdir().unwrap();
+        let log = open(d.path());
+        log.append(Topic::Registry, &[(b"k".to_vec(), b"only-record".to_vec())])
+            .unwrap();
+        drop(log);
+        let path = seg0(d.path());
+        let mut bytes = fs::read(&path).unwrap();
+        let n = bytes.len();
+        bytes[n - 2] ^= 0x01;
+        fs::write(&path, &bytes).unwrap();
+        assert!(EmbeddedLog::open(d.path(), &EmbeddedConfig::default()).is_err());
+        assert_eq!(fs::read(&path).unwrap().len(), n);
+    }
+
+    #[test]
+    fn zero_filled_tail_is_a_tear() {
+        let d = tempfile::tempdir().unwrap();
+        let log = open(d.path());
+        log.append(Topic::Registry, &[(b"k".to_vec(), b"kept".to_vec())])
+            .unwrap();
+        drop(log);
+        let path = seg0(d.path());
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(&[0u8; 4096]).unwrap();
+        drop(f);
+        let log = open(d.path());
+        assert_eq!(log.end_offset(Topic::Registry, 0).unwrap(), 1);
     }
 
     #[test]

@@ -167,7 +167,12 @@ pub(crate) mod tests {
             source_run: "r1".into(),
             labels: vec![],
         };
-        let (published, _) = close_outcome(&run, &v1, RunStatus::Succeeded, std::slice::from_ref(&patch));
+        let (published, _) = close_outcome(
+            &run,
+            &v1,
+            RunStatus::Succeeded,
+            std::slice::from_ref(&patch),
+        );
         assert_eq!(published.len(), 1);
         assert_eq!(published[0].event, "code.ready");
         assert_eq!(published[0].artifacts, vec![patch]);
