@@ -23,6 +23,7 @@ pub mod projector;
 pub mod rebuild;
 pub mod report;
 pub mod rules;
+pub mod synthetic;
 pub mod views;
 
 pub use engine::{Engine, EngineOptions};

@@ -1,12 +1,12 @@
 //! The projector: folds log records into the views. It only evolves state
 //! from what records say (decisions were made before the record was
 //! written), so every replay and rebuild reaches the same views (R1).
-//! Applying a record twice changes nothing: trail steps are keyed by
+//! Applying a record twice changes nothing: trail steps are held by
 //! (run, step) and checked against the event id, versions by (agent, number).
 
 use crate::codec::Record;
 use crate::model::*;
-use crate::views::{keys, AgentState, RunState, TrailStep, ViewError, ViewTxn};
+use crate::views::{keys, AgentState, RunState, TrailPointer, ViewError, ViewTxn};
 
 /// Where a record sits in the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,63 +34,72 @@ fn sorted_union(a: &[String], b: &[String]) -> Vec<String> {
 }
 
 /// Apply one ledger or registry record to the batch.
-pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: &Record) -> Result<Applied, ViewError> {
+pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applied, ViewError> {
     if let LedgerEvent::AgentPublished(v) = &rec.event {
         return apply_version(txn, v);
     }
-    let Some(run_id) = rec.event.trail_run() else {
+    let Some(run_id) = rec.event.trail_run().map(str::to_string) else {
         return Ok(Applied::Applied);
     };
-    let tkey = keys::trail(run_id, rec.step);
-    if let Some(existing) = txn.get::<TrailStep>(&tkey)? {
-        if existing.event_id == rec.event_id {
+    let run_id = run_id.as_str();
+    let mut digest8 = [0u8; 8];
+    digest8.copy_from_slice(&rec.body_digest[..8]);
+    // Steps of a run arrive in order (one chain, one partition), so a step
+    // below the run's next step was seen before: the same record again, or
+    // another writer's different decision for that step.
+    let seen_before = match &rec.event {
+        LedgerEvent::RunOpened(_) => txn.run_exists(run_id)?,
+        _ => match txn.run_mut(run_id)? {
+            Some(run) => rec.step < run.next_step,
+            None => {
+                tracing::error!(
+                    run = run_id,
+                    kind = rec.event.kind(),
+                    "record for an unknown run; skipped"
+                );
+                return Ok(Applied::Conflict);
+            }
+        },
+    };
+    if seen_before {
+        let held = txn.trail_step(run_id, rec.step)?;
+        if held.is_some_and(|h| h.digest8 == digest8) {
             return Ok(Applied::Duplicate);
         }
         tracing::error!(
             run = run_id,
             step = rec.step,
-            held_by = %existing.event_id,
             refused = %rec.event_id,
-            "two records claim the same trail step; keeping the first"
+            at = pos.offset,
+            "another record already holds this trail step; keeping the first"
         );
         return Ok(Applied::Conflict);
     }
-    // A step of a run the views have never seen opened has nowhere to go.
-    if !matches!(rec.event, LedgerEvent::RunOpened(_)) && !txn.run_exists(run_id)? {
-        tracing::error!(
-            run = run_id,
-            kind = rec.event.kind(),
-            "record for an unknown run; skipped"
-        );
-        return Ok(Applied::Conflict);
-    }
-    txn.put(
-        tkey,
-        &TrailStep {
-            step: rec.step,
+    txn.set_trail_step(
+        run_id,
+        rec.step,
+        TrailPointer {
             partition: pos.partition,
             offset: pos.offset,
-            time_ms: rec.time_ms,
-            event_id: rec.event_id.clone(),
-            writer: rec.writer.clone(),
-            event: rec.event.clone(),
+            digest8,
         },
-    );
-    match &rec.event {
+    )?;
+    let step = rec.step;
+    match rec.event {
         LedgerEvent::AgentPublished(_) => {}
         LedgerEvent::RunOpened(e) => {
             txn.insert_run(RunState {
                 run: e.run.clone(),
-                agent: e.agent.clone(),
+                agent: e.agent,
                 version: e.version,
-                scope: e.scope.clone(),
+                scope: e.scope,
                 root: e.root.clone(),
                 hop: e.hop,
-                trigger: e.trigger.clone(),
-                legacy_trigger: e.legacy_trigger.clone(),
+                trigger: e.trigger,
+                legacy_trigger: e.legacy_trigger,
                 labels: sorted_union(&e.labels, &[]),
                 status: None,
-                next_step: rec.step + 1,
+                next_step: step + 1,
                 tool_calls: 0,
                 artifacts: Vec::new(),
                 published: Vec::new(),
@@ -102,7 +111,7 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: &Record) -> Result<Appli
             if let (Some(root), Some(hop)) = (&e.root, e.hop) {
                 let chain = txn.chain_mut(root)?;
                 if !chain.runs.contains(&e.run) {
-                    chain.runs.push(e.run.clone());
+                    chain.runs.push(e.run);
                 }
                 chain.max_hop = chain.max_hop.max(hop);
             }
@@ -111,28 +120,25 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: &Record) -> Result<Appli
             if let Some(run) = txn.run_mut(&e.run)? {
                 run.labels = sorted_union(&run.labels, &e.labels_after);
                 run.tool_calls += 1;
-                run.next_step = run.next_step.max(rec.step + 1);
+                run.next_step = run.next_step.max(step + 1);
             }
         }
         LedgerEvent::ReadRefused(e) => {
             if let Some(run) = txn.run_mut(&e.run)? {
                 run.tool_calls += 1;
-                run.next_step = run.next_step.max(rec.step + 1);
+                run.next_step = run.next_step.max(step + 1);
             }
         }
         LedgerEvent::RunClosed(e) => {
-            for a in &e.artifacts {
-                txn.put(keys::artifact(&e.run, &a.name), a);
-            }
-            txn.put(keys::finished(pos.partition, pos.offset), &e.run);
+            txn.put_new(keys::finished(pos.partition, pos.offset), &e.run);
             if let Some(run) = txn.run_mut(&e.run)? {
                 run.status = Some(e.status);
                 run.labels = sorted_union(&run.labels, &e.labels);
-                run.artifacts = e.artifacts.clone();
-                run.published = e.published.clone();
-                run.withheld = e.withheld.clone();
+                run.artifacts = e.artifacts;
+                run.published = e.published;
+                run.withheld = e.withheld;
                 run.closed_at = Some((pos.partition, pos.offset));
-                run.next_step = run.next_step.max(rec.step + 1);
+                run.next_step = run.next_step.max(step + 1);
             }
         }
         LedgerEvent::ListenerRefused(e) => {
@@ -141,13 +147,13 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: &Record) -> Result<Appli
                 if !run.refused_listeners.contains(&k) {
                     run.refused_listeners.push(k);
                 }
-                run.next_step = run.next_step.max(rec.step + 1);
+                run.next_step = run.next_step.max(step + 1);
             }
         }
         LedgerEvent::RunDispatched(e) => {
             if let Some(run) = txn.run_mut(&e.run)? {
                 run.dispatched = true;
-                run.next_step = run.next_step.max(rec.step + 1);
+                run.next_step = run.next_step.max(step + 1);
             }
             txn.del(keys::finished(e.closed_partition, e.closed_offset));
             let ckey = keys::dispatch_cursor(e.closed_partition);

@@ -1,14 +1,18 @@
 //! Trails for people and for machines: one line per step, the withheld
 //! closing step spelled out; or one JSON object per step.
 
-use crate::error::{Refusal, Result};
+use crate::codec;
+use crate::error::{LedgerError, Refusal, Result};
+use crate::log::{Log, Topic};
 use crate::model::*;
 use crate::views::{TrailStep, Views};
 use serde_json::{json, Value};
 
-/// The steps of one run, or of its whole chain in log order.
+/// The steps of one run, or of its whole chain in log order, with their
+/// records read back from the log.
 pub fn collect_trail(
     views: &Views,
+    log: &dyn Log,
     run: &str,
     whole_chain: bool,
 ) -> Result<Vec<(String, TrailStep)>> {
@@ -24,8 +28,29 @@ pub fn collect_trail(
     };
     let mut steps = Vec::new();
     for r in runs {
-        for s in views.trail(&r)? {
-            steps.push((r.clone(), s));
+        for (step, ptr) in views.trail_pointers(&r)? {
+            let raw = log
+                .read(Topic::Ledger, ptr.partition, ptr.offset, 1)?
+                .pop()
+                .ok_or_else(|| {
+                    LedgerError::Other(format!(
+                        "ledger/{}@{} is missing from the log",
+                        ptr.partition, ptr.offset
+                    ))
+                })?;
+            let rec = codec::decode(&raw.payload)?;
+            steps.push((
+                r.clone(),
+                TrailStep {
+                    step,
+                    partition: ptr.partition,
+                    offset: ptr.offset,
+                    time_ms: rec.time_ms,
+                    event_id: rec.event_id,
+                    writer: rec.writer,
+                    event: rec.event,
+                },
+            ));
         }
     }
     // A chain lives in one partition, so its offsets order it.

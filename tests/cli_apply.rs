@@ -20,14 +20,25 @@ fn apply(dir: &std::path::Path, input: &str, extra: &[&str]) -> (i32, Vec<Value>
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     let answers = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("answer {l:?} is not JSON: {e}")))
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("answer {l:?} is not JSON: {e}"))
+        })
         .collect();
-    (out.status.code().unwrap_or(-1), answers, String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        answers,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 const SETUP: &str = r#"{"op":"publish_agent","agent":"developer","scope":"acme/platform","listens":[],"emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]}
@@ -43,24 +54,29 @@ fn all_ok_exits_zero() {
     assert_eq!(answers[1]["root"], "r1");
     assert_eq!(answers[1]["hop"], 0);
     // Keys in contract order: "ok" first.
-    assert!(serde_json::to_string(&answers[0]).unwrap().starts_with(r#"{"ok":true"#));
+    assert!(serde_json::to_string(&answers[0])
+        .unwrap()
+        .starts_with(r#"{"ok":true"#));
 }
 
 #[test]
 fn hostile_lines_are_answered_and_skipped_the_rest_applies() {
     let d = tempfile::tempdir().unwrap();
-    let big = format!(r#"{{"op":"close_run","run":"r1","status":"succeeded","summary":"{}"}}"#, "x".repeat(5000));
+    let big = format!(
+        r#"{{"op":"close_run","run":"r1","status":"succeeded","summary":"{}"}}"#,
+        "x".repeat(5000)
+    );
     let input = format!(
         "{SETUP}{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n",
-        r#"{"op":"open_run","run":"r2""#,                                   // malformed JSON
-        r#"{"op":"launch_missiles"}"#,                                       // unknown op
-        r#"{"op":"open_run","run":"r3"}"#,                                   // missing field
-        r#"{"op":"open_run","run":3,"agent":"developer"}"#,                  // wrong type
-        r#"{"op":"open_run","run":"r4","agent":"nobody"}"#,                  // unknown agent
-        r#"{"op":"close_run","run":"ghost","status":"succeeded"}"#,          // unknown run
-        big,                                                                 // oversized
-        r#"[1,2,3]"#,                                                        // not an object
-        r#"{"op":"close_run","run":"r1","status":"exploded"}"#,              // bad enum value
+        r#"{"op":"open_run","run":"r2""#,  // malformed JSON
+        r#"{"op":"launch_missiles"}"#,     // unknown op
+        r#"{"op":"open_run","run":"r3"}"#, // missing field
+        r#"{"op":"open_run","run":3,"agent":"developer"}"#, // wrong type
+        r#"{"op":"open_run","run":"r4","agent":"nobody"}"#, // unknown agent
+        r#"{"op":"close_run","run":"ghost","status":"succeeded"}"#, // unknown run
+        big,                               // oversized
+        r#"[1,2,3]"#,                      // not an object
+        r#"{"op":"close_run","run":"r1","status":"exploded"}"#, // bad enum value
         r#"{"op":"open_run","run":"r5","agent":"developer","colour":"red"}"#, // unknown field
         r#"{"op":"close_run","run":"r1","status":"succeeded","artifacts":{"patch":"p"}}"#, // still applies
     );
@@ -73,8 +89,19 @@ fn hostile_lines_are_answered_and_skipped_the_rest_applies() {
     assert_eq!(
         codes,
         vec![
-            "ok", "ok", "malformed_json", "unknown_op", "invalid_request", "invalid_request", "unknown_agent",
-            "unknown_run", "line_too_long", "invalid_request", "invalid_request", "invalid_request", "ok"
+            "ok",
+            "ok",
+            "malformed_json",
+            "unknown_op",
+            "invalid_request",
+            "invalid_request",
+            "unknown_agent",
+            "unknown_run",
+            "line_too_long",
+            "invalid_request",
+            "invalid_request",
+            "invalid_request",
+            "ok"
         ]
     );
     for a in &answers {
@@ -82,10 +109,28 @@ fn hostile_lines_are_answered_and_skipped_the_rest_applies() {
             assert!(!a["error"]["message"].as_str().unwrap().is_empty());
         }
     }
-    assert!(answers[4]["error"]["message"].as_str().unwrap().contains("agent"), "{}", answers[4]);
-    assert!(answers[5]["error"]["message"].as_str().unwrap().contains("run"), "{}", answers[5]);
+    assert!(
+        answers[4]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("agent"),
+        "{}",
+        answers[4]
+    );
+    assert!(
+        answers[5]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("run"),
+        "{}",
+        answers[5]
+    );
     // Nothing already written was lost: the close applied after all that.
-    let (code, answers, _) = apply(d.path(), r#"{"op":"open_run","run":"r1","agent":"developer"}"#, &[]);
+    let (code, answers, _) = apply(
+        d.path(),
+        r#"{"op":"open_run","run":"r1","agent":"developer"}"#,
+        &[],
+    );
     assert_eq!(code, 1);
     assert_eq!(answers[0]["error"]["code"], "run_exists");
 }
@@ -93,9 +138,19 @@ fn hostile_lines_are_answered_and_skipped_the_rest_applies() {
 #[test]
 fn usage_and_io_errors_exit_two() {
     let d = tempfile::tempdir().unwrap();
-    let out = bin().arg("--data").arg(d.path()).arg("frobnicate").output().unwrap();
+    let out = bin()
+        .arg("--data")
+        .arg(d.path())
+        .arg("frobnicate")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let out = bin().arg("--data").arg(d.path()).args(["apply", "/no/such/file"]).output().unwrap();
+    let out = bin()
+        .arg("--data")
+        .arg(d.path())
+        .args(["apply", "/no/such/file"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/file"));
 }
@@ -104,24 +159,54 @@ fn usage_and_io_errors_exit_two() {
 fn trail_and_chain_commands() {
     let d = tempfile::tempdir().unwrap();
     apply(d.path(), SETUP, &[]);
-    let out = bin().arg("--data").arg(d.path()).args(["trail", "r1"]).output().unwrap();
+    let out = bin()
+        .arg("--data")
+        .arg(d.path())
+        .args(["trail", "r1"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("opened developer v1 by a user; root r1, hop 0"));
-    let out = bin().arg("--data").arg(d.path()).args(["--json", "trail", "r1"]).output().unwrap();
-    let step: Value = serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .contains("opened developer v1 by a user; root r1, hop 0"));
+    let out = bin()
+        .arg("--data")
+        .arg(d.path())
+        .args(["--json", "trail", "r1"])
+        .output()
+        .unwrap();
+    let step: Value =
+        serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
     assert_eq!(step["kind"], "run_opened");
-    let out = bin().arg("--data").arg(d.path()).args(["trail", "nope"]).output().unwrap();
+    let out = bin()
+        .arg("--data")
+        .arg(d.path())
+        .args(["trail", "nope"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    let out = bin().arg("--data").arg(d.path()).args(["--json", "status"]).output().unwrap();
+    let out = bin()
+        .arg("--data")
+        .arg(d.path())
+        .args(["--json", "status"])
+        .output()
+        .unwrap();
     let status: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(status["partitions"].as_array().unwrap().iter().all(|p| p["lag"] == 0 || p["lag"].is_null()));
+    assert!(status["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["lag"] == 0 || p["lag"].is_null()));
 }
 
 #[test]
 fn corrupted_log_bytes_are_a_clear_error_and_nothing_is_cut() {
     let d = tempfile::tempdir().unwrap();
     apply(d.path(), SETUP, &[]);
-    let (_, _, _) = apply(d.path(), r#"{"op":"close_run","run":"r1","status":"succeeded"}"#, &[]);
+    let (_, _, _) = apply(
+        d.path(),
+        r#"{"op":"close_run","run":"r1","status":"succeeded"}"#,
+        &[],
+    );
     // Damage the first ledger record of whichever partition holds r1.
     let ledger = d.path().join("log/ledger");
     let mut damaged = None;
@@ -136,9 +221,17 @@ fn corrupted_log_bytes_are_a_clear_error_and_nothing_is_cut() {
         }
     }
     let (seg, len) = damaged.unwrap();
-    let out = bin().arg("--data").arg(d.path()).args(["status"]).output().unwrap();
+    let out = bin()
+        .arg("--data")
+        .arg(d.path())
+        .args(["status"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("corrupt") && err.contains("record offset 0"), "{err}");
+    assert!(
+        err.contains("corrupt") && err.contains("record offset 0"),
+        "{err}"
+    );
     assert_eq!(std::fs::metadata(&seg).unwrap().len() as usize, len);
 }

@@ -5,7 +5,7 @@ mod common;
 use agentledger::codec;
 use agentledger::engine::{project_all, DataDir};
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
-use agentledger::log::{Log, Topic};
+use agentledger::log::Topic;
 use agentledger::model::*;
 use agentledger::views::Views;
 use common::Ledger;
@@ -58,7 +58,7 @@ fn r2_hop_eight_runs_publishes_artifacts_but_withholds_events() {
         }
     );
     // The closing step says so, naming the root run and the limit.
-    let trail = l.engine.views().trail(&runs[8]).unwrap();
+    let trail = l.engine.trail(&runs[8], false).unwrap();
     let closing = trail
         .iter()
         .find(|s| matches!(s.event, LedgerEvent::RunClosed(_)))
@@ -163,7 +163,7 @@ fn r4_agent_never_started_by_its_own_event_and_refusal_is_recorded() {
     let a = l.dispatch();
     assert_eq!(a["opened"], json!([]));
     assert_eq!(a["refused"][0]["reason"], json!("self_listen"));
-    let trail = l.engine.views().trail("e1").unwrap();
+    let trail = l.engine.trail("e1", false).unwrap();
     assert!(trail.iter().any(|s| matches!(&s.event, LedgerEvent::ListenerRefused(r) if r.reason == RefusalReason::SelfListen)));
 }
 
@@ -267,7 +267,7 @@ fn r6_run_without_chain_position_publishes_nothing_further() {
         json!([]),
         "an older worker's close opens nothing"
     );
-    let trail = l.engine.views().trail("x2").unwrap();
+    let trail = l.engine.trail("x2", false).unwrap();
     let closing = trail
         .iter()
         .find(|s| matches!(s.event, LedgerEvent::RunClosed(_)))
@@ -337,7 +337,7 @@ fn r8_listener_reads_only_contract_names_and_each_read_is_a_tool_call() {
     let a = l.dispatch();
     let resp = a["opened"][0]["run"].as_str().unwrap().to_string();
     // The listener sees names, refs, digests, source run, labels: never bytes.
-    let opened_step = &l.engine.views().trail(&resp).unwrap()[0];
+    let opened_step = &l.engine.trail(&resp, false).unwrap()[0];
     let shown = agentledger::report::step_json(&resp, opened_step).to_string();
     assert!(shown.contains("triage_summary") && shown.contains("sha256:"));
     assert!(!shown.contains("SECRET-BODY"));
@@ -359,7 +359,7 @@ fn r8_listener_reads_only_contract_names_and_each_read_is_a_tool_call() {
     let run = l.run(&resp);
     assert_eq!(run.tool_calls, 3);
     assert_eq!(
-        l.engine.views().trail(&resp).unwrap().len(),
+        l.engine.trail(&resp, false).unwrap().len(),
         4,
         "open + three reads"
     );
@@ -441,6 +441,6 @@ fn r9_labels_flow_and_scope_barrier_holds() {
     );
     assert_eq!(b["refused"][0]["agent"], json!("cfo-desk"));
     // The refusal is in the trail with its reason.
-    let trail = l.engine.views().trail("t1").unwrap();
+    let trail = l.engine.trail("t1", false).unwrap();
     assert!(trail.iter().any(|s| matches!(&s.event, LedgerEvent::ListenerRefused(r) if r.agent == "billing" && r.reason.code() == "scope_barrier")));
 }

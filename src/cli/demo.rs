@@ -43,7 +43,9 @@ impl Demo {
     }
 
     fn trail(&self, run: &str) -> Result<()> {
-        for (r, s) in report::collect_trail(self.engine.views(), run, true)? {
+        for (r, s) in
+            report::collect_trail(self.engine.views(), self.engine.log().as_ref(), run, true)?
+        {
             println!("    {}", report::step_line(&r, &s));
         }
         Ok(())
@@ -185,7 +187,8 @@ pub fn run(dir: &Path) -> Result<i32> {
         bail!("something opened beyond the hop limit");
     }
     println!("  trail of {current} (the run at the limit):");
-    for (r, s) in report::collect_trail(d.engine.views(), &current, false)? {
+    for (r, s) in report::collect_trail(d.engine.views(), d.engine.log().as_ref(), &current, false)?
+    {
         println!("    {}", report::step_line(&r, &s));
     }
 

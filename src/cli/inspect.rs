@@ -9,7 +9,7 @@ use serde_json::json;
 
 pub fn trail(cli: &Cli, run: &str, chain: bool) -> Result<i32> {
     let engine = open_engine(cli)?;
-    let steps = match report::collect_trail(engine.views(), run, chain) {
+    let steps = match report::collect_trail(engine.views(), engine.log().as_ref(), run, chain) {
         Ok(s) => s,
         Err(e) if e.is_refusal() => {
             eprintln!("agentledger: {e}");

@@ -172,6 +172,16 @@ impl Engine {
         (self.opts.clock)()
     }
 
+    /// A run's trail (or its chain's), records read back from the log.
+    pub fn trail(&self, run: &str, whole_chain: bool) -> Result<Vec<crate::views::TrailStep>> {
+        Ok(
+            crate::report::collect_trail(&self.views, self.log.as_ref(), run, whole_chain)?
+                .into_iter()
+                .map(|(_, s)| s)
+                .collect(),
+        )
+    }
+
     /// Make sure view writes reach disk (the CLI calls it before exiting).
     pub fn flush(&self) -> Result<()> {
         self.views.flush()?;
@@ -267,7 +277,7 @@ pub fn project_all(log: &dyn Log, views: &Views, progress: &dyn Fn(u64)) -> Resu
                             partition: p,
                             offset: r.offset,
                         },
-                        &rec,
+                        rec,
                     )?;
                 }
                 txn.set_offset(topic, p, last + 1);

@@ -92,10 +92,15 @@ fn encode_frame(key: &[u8], payload: &[u8], out: &mut Vec<u8>) {
 
 /// What scanning a frame at a position found.
 enum Scan {
-    Good { next: u64 },
+    Good {
+        next: u64,
+    },
     /// `torn`: what a crash mid-append leaves (a frame cut short, or space
     /// the file system allocated but never filled); anything else is damage.
-    Bad { why: String, torn: bool },
+    Bad {
+        why: String,
+        torn: bool,
+    },
     End,
 }
 

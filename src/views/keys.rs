@@ -13,19 +13,17 @@ pub const TRAIL: u8 = b't';
 pub const CHAIN: u8 = b'c';
 pub const FINISHED: u8 = b'f';
 pub const CURSOR: u8 = b'd';
-pub const ARTIFACT: u8 = b'p';
 
-pub const ALL_PREFIXES: [(u8, &str); 10] = [
+pub const ALL_PREFIXES: [(u8, &str); 9] = [
     (OFFSET, "offsets"),
     (AGENT, "agents"),
     (VERSION, "versions"),
     (LISTENER, "listeners"),
     (RUN, "runs"),
-    (TRAIL, "trail_steps"),
+    (TRAIL, "trail_pages"),
     (CHAIN, "chains"),
     (FINISHED, "finished_queue"),
     (CURSOR, "dispatch_cursors"),
-    (ARTIFACT, "artifacts"),
 ];
 
 fn with(prefix: u8, parts: &[&[u8]]) -> Vec<u8> {
@@ -61,8 +59,15 @@ pub fn run(run: &str) -> Vec<u8> {
 pub fn trail_prefix(run: &str) -> Vec<u8> {
     with(TRAIL, &[run.as_bytes(), &[0]])
 }
-pub fn trail(run: &str, step: u32) -> Vec<u8> {
-    with(TRAIL, &[run.as_bytes(), &[0], &step.to_be_bytes()])
+/// Trail pointers are kept in pages of this many steps: one view write per
+/// run and batch instead of one per step, and no page grows without bound.
+pub const TRAIL_PAGE: u32 = 64;
+
+pub fn trail_page(run: &str, step: u32) -> Vec<u8> {
+    with(
+        TRAIL,
+        &[run.as_bytes(), &[0], &(step / TRAIL_PAGE).to_be_bytes()],
+    )
 }
 pub fn chain(root: &str) -> Vec<u8> {
     with(CHAIN, &[root.as_bytes()])
@@ -78,7 +83,4 @@ pub fn finished_offset(key: &[u8]) -> u64 {
 }
 pub fn dispatch_cursor(partition: u32) -> Vec<u8> {
     with(CURSOR, &[&partition.to_be_bytes()])
-}
-pub fn artifact(run: &str, name: &str) -> Vec<u8> {
-    with(ARTIFACT, &[run.as_bytes(), &[0], name.as_bytes()])
 }

@@ -151,13 +151,14 @@ impl Views {
         self.get_typed(&keys::chain(root))
     }
 
-    /// A run's trail, in step order.
-    pub fn trail(&self, run: &str) -> Result<Vec<TrailStep>, ViewError> {
+    /// Where each step of a run's trail sits in the ledger, in step order.
+    pub fn trail_pointers(&self, run: &str) -> Result<Vec<(u32, TrailPointer)>, ViewError> {
         let prefix = keys::trail_prefix(run);
         let mut out = Vec::new();
         for kv in self.tree.scan_prefix(&prefix) {
             let (k, v) = kv?;
-            out.push(decode(&k, &v)?);
+            let page: TrailPage = decode(&k, &v)?;
+            out.extend(page);
         }
         Ok(out)
     }

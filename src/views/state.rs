@@ -52,7 +52,20 @@ pub struct ChainState {
     pub max_hop: u32,
 }
 
-/// One step of a run's trail: the record and where it sits in the log.
+/// What the trail view keeps of a step: where its record sits in the log
+/// (the log holds the record itself) and a prefix of its body digest, to
+/// tell a redelivered record from a conflicting one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrailPointer {
+    pub partition: u32,
+    pub offset: u64,
+    pub digest8: [u8; 8],
+}
+
+/// A page of a run's trail: (step, pointer) in step order.
+pub type TrailPage = Vec<(u32, TrailPointer)>;
+
+/// One step of a run's trail as shown: the record and where it sits in the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrailStep {
     pub step: u32,

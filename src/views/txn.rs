@@ -3,15 +3,21 @@
 //! are kept decoded until commit, so a batch that touches one run a hundred
 //! times writes it once (sled's write rate is the projector's bottleneck).
 
-use super::{decode, encode, keys, ChainState, RunState, ViewError, Views};
+use super::{
+    decode, encode, keys, ChainState, RunState, TrailPage, TrailPointer, ViewError, Views,
+};
 use crate::log::Topic;
 use std::collections::{BTreeMap, HashMap};
 
 pub struct ViewTxn<'a> {
     views: &'a Views,
     raw: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Keys this batch created that cannot have existed before it: deleting
+    /// one again within the batch leaves no trace, not even a remove op.
+    fresh: std::collections::HashSet<Vec<u8>>,
     runs: HashMap<String, RunState>,
     chains: HashMap<String, ChainState>,
+    pages: HashMap<Vec<u8>, TrailPage>,
 }
 
 impl<'a> ViewTxn<'a> {
@@ -19,8 +25,10 @@ impl<'a> ViewTxn<'a> {
         Self {
             views,
             raw: BTreeMap::new(),
+            fresh: Default::default(),
             runs: HashMap::new(),
             chains: HashMap::new(),
+            pages: HashMap::new(),
         }
     }
 
@@ -49,8 +57,18 @@ impl<'a> ViewTxn<'a> {
         self.raw.insert(key, Some(encode(value)));
     }
 
+    /// Put a key that is new by construction (e.g. named by a log position).
+    pub fn put_new<T: serde::Serialize>(&mut self, key: Vec<u8>, value: &T) {
+        self.fresh.insert(key.clone());
+        self.put(key, value);
+    }
+
     pub fn del(&mut self, key: Vec<u8>) {
-        self.raw.insert(key, None);
+        if self.fresh.remove(&key) {
+            self.raw.remove(&key);
+        } else {
+            self.raw.insert(key, None);
+        }
     }
 
     /// A run's state, loaded once into the batch for in-place updates.
@@ -93,12 +111,48 @@ impl<'a> ViewTxn<'a> {
             }))
     }
 
+    /// The pointer held for a run's step, if any.
+    pub fn trail_step(&mut self, run: &str, step: u32) -> Result<Option<TrailPointer>, ViewError> {
+        let page = self.page_mut(run, step)?;
+        Ok(page.iter().find(|(s, _)| *s == step).map(|(_, p)| *p))
+    }
+
+    /// Record where a run's step sits in the log.
+    pub fn set_trail_step(
+        &mut self,
+        run: &str,
+        step: u32,
+        ptr: TrailPointer,
+    ) -> Result<(), ViewError> {
+        let page = self.page_mut(run, step)?;
+        match page.binary_search_by_key(&step, |(s, _)| *s) {
+            Ok(i) => page[i].1 = ptr,
+            Err(i) => page.insert(i, (step, ptr)),
+        }
+        Ok(())
+    }
+
+    fn page_mut(&mut self, run: &str, step: u32) -> Result<&mut TrailPage, ViewError> {
+        let key = keys::trail_page(run, step);
+        if !self.pages.contains_key(&key) {
+            let page: TrailPage = match self.views.tree().get(&key)? {
+                Some(v) => decode(&key, &v)?,
+                None => Vec::new(),
+            };
+            self.pages.insert(key.clone(), page);
+        }
+        Ok(self.pages.entry(key).or_default())
+    }
+
     pub fn set_offset(&mut self, topic: Topic, partition: u32, next: u64) {
         self.put(keys::offset(topic, partition), &next);
     }
 
     pub fn is_empty(&self) -> bool {
-        self.raw.is_empty() && self.runs.is_empty() && self.chains.is_empty()
+        self.raw.is_empty()
+            && self.runs.is_empty()
+            && self.chains.is_empty()
+            && self.pages.is_empty()
     }
 
     /// Apply every change in one atomic batch.
@@ -115,6 +169,9 @@ impl<'a> ViewTxn<'a> {
         }
         for (root, s) in self.chains {
             batch.insert(keys::chain(&root), encode(&s));
+        }
+        for (key, page) in self.pages {
+            batch.insert(key, encode(&page));
         }
         self.views.tree().apply_batch(batch)?;
         Ok(())
