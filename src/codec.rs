@@ -49,7 +49,7 @@ pub struct EnvelopeV1 {
 }
 
 /// A decoded record: envelope metadata plus the event.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Record {
     pub event_id: String,
     pub chain_key: String,

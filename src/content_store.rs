@@ -157,6 +157,21 @@ impl ContentStore {
         Ok(bytes)
     }
 
+    /// The bytes stored under a ref, unchecked (the caller verifies the
+    /// digest itself and decides what a mismatch means); `None` if absent.
+    pub fn read_raw(&self, uri: &str) -> Option<Vec<u8>> {
+        let hex = parse_uri(uri).ok()?;
+        fs::read(self.path_of(hex)).ok()
+    }
+
+    /// Delete a blob's bytes (its deadline passed); the ledger keeps its digest.
+    pub fn forget(&self, uri: &str) {
+        if let Ok(hex) = parse_uri(uri) {
+            let _ = fs::remove_file(self.path_of(hex));
+            let _ = fs::remove_file(self.expiry_path(hex));
+        }
+    }
+
     fn expires_at(&self, hex: &str) -> Option<u64> {
         fs::read_to_string(self.expiry_path(hex))
             .ok()

@@ -14,6 +14,7 @@
 pub mod apply;
 pub mod codec;
 pub mod content_store;
+pub mod context;
 pub mod engine;
 pub mod error;
 pub mod log;

@@ -150,6 +150,16 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
                 run.next_step = run.next_step.max(step + 1);
             }
         }
+        LedgerEvent::Context(c) => {
+            if let Some(run) = txn.run_mut(&c.master_run)? {
+                run.next_step = run.next_step.max(step + 1);
+            }
+            let key = keys::task(c.event.task());
+            let state: Option<crate::context::TaskState> = txn.get(&key)?;
+            if let Some(next) = crate::context::evolve(state, &c.event) {
+                txn.put(key, &next);
+            }
+        }
         LedgerEvent::RunDispatched(e) => {
             if let Some(run) = txn.run_mut(&e.run)? {
                 run.dispatched = true;

@@ -2,6 +2,7 @@
 //! closing step spelled out; or one JSON object per step.
 
 use crate::codec;
+use crate::context::{ContextEvent, Mode, Outcome};
 use crate::error::{LedgerError, Refusal, Result};
 use crate::log::{Log, Topic};
 use crate::model::*;
@@ -179,6 +180,7 @@ pub fn step_line(run: &str, s: &TrailStep) -> String {
                 e.reason.code()
             )
         }
+        LedgerEvent::Context(c) => context_line(&c.event),
         LedgerEvent::RunDispatched(e) => {
             if e.opened.is_empty() {
                 "dispatched: no listener opened".to_string()
@@ -188,6 +190,120 @@ pub fn step_line(run: &str, s: &TrailStep) -> String {
         }
     };
     format!("{run:<22} #{:<3} {body}", s.step)
+}
+
+fn short_uri(uri: &str) -> String {
+    match uri.strip_prefix("cas://sha256/") {
+        Some(hex) if hex.len() > 12 => format!("cas://sha256/{}…", &hex[..12]),
+        _ => uri.to_string(),
+    }
+}
+
+/// A context exchange (IETF draft) in words: who sent what to whom, item
+/// states, and both evaluation layers.
+fn context_line(ev: &ContextEvent) -> String {
+    match ev {
+        ContextEvent::TaskOpened {
+            task,
+            master_run,
+            task_context,
+            ..
+        } => format!(
+            "task {task} opened by master {master_run}: {:?} ({} goals, status {:?})",
+            task_context.task_name,
+            task_context.goal_status.len(),
+            task_context.overall_status
+        ),
+        ContextEvent::ContextSent {
+            subtask,
+            agent,
+            mode,
+            context,
+            ..
+        } => {
+            let mode = match mode {
+                Mode::Sync => "sync",
+                Mode::Async => "async",
+            };
+            let deps = if context.dependencies.is_empty() {
+                String::new()
+            } else {
+                format!("; after {}", context.dependencies.join(", "))
+            };
+            format!(
+                "sent {subtask} {:?} to {agent} ({mode}): {} todo items, {} context items by reference{deps}",
+                context.sub_task_name,
+                context.todo_items.len(),
+                context.context_items.len()
+            )
+        }
+        ContextEvent::ContextReturned {
+            subtask,
+            agent,
+            context,
+            layer1,
+            ..
+        } => {
+            let states = context.item_state_updates.as_deref().unwrap_or(&[]);
+            let done = states.iter().filter(|s| s.state == 1).count();
+            let verdict = if layer1.passed {
+                "layer one PASSED".to_string()
+            } else {
+                format!("layer one FAILED: {}", layer1.reasons.join("; "))
+            };
+            format!(
+                "{agent} returned {subtask}: items done {done}/{}; {verdict}",
+                context.todo_items.len()
+            )
+        }
+        ContextEvent::Evaluated {
+            subtask, decision, ..
+        } => {
+            let outcome = match decision.outcome {
+                Outcome::Accepted => "ACCEPTED",
+                Outcome::Rejected => "REJECTED",
+            };
+            format!(
+                "layer two: master {outcome} {subtask}: {:?}",
+                decision.reason
+            )
+        }
+        ContextEvent::TaskUpdated {
+            run, task_context, ..
+        } => format!(
+            "master {run} updated the TaskContext: status {:?}, goals {}",
+            task_context.overall_status,
+            task_context
+                .goal_status
+                .iter()
+                .map(|g| format!("{}={}", g.goal, g.status))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        ContextEvent::BlobPut {
+            uri,
+            size,
+            media_type,
+            expires_at,
+            ..
+        } => format!(
+            "stored {} ({size} bytes, {media_type}) until {expires_at} ms",
+            short_uri(uri)
+        ),
+        ContextEvent::BlobRead { reader, uri, .. } => {
+            format!("{reader} read {} (digest verified)", short_uri(uri))
+        }
+        ContextEvent::Refused {
+            op,
+            code,
+            message,
+            agent,
+            ..
+        } => format!(
+            "{op} by {} REFUSED ({code}): {message}",
+            agent.as_deref().unwrap_or("the master")
+        ),
+    }
 }
 
 /// One JSON object for a step.

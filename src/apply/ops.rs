@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 pub enum OpError {
     #[error("{0}")]
     BadRequest(String),
-    #[error("unknown op {0:?}; expected one of publish_agent, open_run, read_artifact, close_run, dispatch")]
+    #[error("unknown op {0:?}; expected one of publish_agent, open_run, read_artifact, close_run, dispatch, open_task, update_task, put_blob, send_context, get_context, get_blob, return_context, evaluate")]
     UnknownOp(String),
     #[error("{0}")]
     Ledger(#[from] LedgerError),
@@ -91,6 +91,100 @@ struct CloseIn {
 struct DispatchIn {
     #[allow(dead_code)]
     op: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpenTaskIn {
+    #[allow(dead_code)]
+    op: String,
+    task: String,
+    run: String,
+    task_context: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutBlobIn {
+    #[allow(dead_code)]
+    op: String,
+    task: String,
+    content: String,
+    #[serde(default = "default_media_type")]
+    media_type: String,
+    #[serde(default = "default_ttl")]
+    ttl_s: u64,
+}
+
+fn default_media_type() -> String {
+    "text/plain".into()
+}
+
+fn default_ttl() -> u64 {
+    24 * 3600
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SendIn {
+    #[allow(dead_code)]
+    op: String,
+    task: String,
+    mode: crate::context::Mode,
+    agent_context: Value,
+    run: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentIn {
+    #[allow(dead_code)]
+    op: String,
+    task: String,
+    agent: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GetBlobIn {
+    #[allow(dead_code)]
+    op: String,
+    task: String,
+    agent: String,
+    uri: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReturnIn {
+    #[allow(dead_code)]
+    op: String,
+    task: String,
+    agent: String,
+    agent_context: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EvaluateIn {
+    #[allow(dead_code)]
+    op: String,
+    task: String,
+    subtask: String,
+    decision: crate::context::Outcome,
+    #[serde(default)]
+    reason: String,
+    run: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateTaskIn {
+    #[allow(dead_code)]
+    op: String,
+    task: String,
+    run: String,
+    task_context: Value,
 }
 
 fn parse<T: serde::de::DeserializeOwned>(op: &str, v: &Value) -> Result<T, OpError> {
@@ -224,6 +318,51 @@ pub fn apply_value(engine: &mut Engine, v: &Value) -> Result<Value, OpError> {
                 "withheld": a.withheld.iter().map(|w| json!({"run": w.run, "root": w.root, "hop": w.hop,
                     "reason": w.reason, "events": w.events})).collect::<Vec<_>>(),
             }))
+        }
+        "open_task" => {
+            let r: OpenTaskIn = parse(op, v)?;
+            engine.open_task(&r.task, &r.run, &r.task_context)?;
+            Ok(json!({"ok": true, "task": r.task, "master_run": r.run}))
+        }
+        "update_task" => {
+            let r: UpdateTaskIn = parse(op, v)?;
+            engine.update_task(&r.task, &r.run, &r.task_context)?;
+            Ok(json!({"ok": true, "task": r.task}))
+        }
+        "put_blob" => {
+            let r: PutBlobIn = parse(op, v)?;
+            let (uri, digest, size) =
+                engine.put_blob(&r.task, r.content.as_bytes(), &r.media_type, r.ttl_s)?;
+            Ok(json!({"ok": true, "uri": uri, "digest": digest, "size": size}))
+        }
+        "send_context" => {
+            let r: SendIn = parse(op, v)?;
+            let a = engine.send_context(&r.task, r.run.as_deref(), r.mode, &r.agent_context)?;
+            Ok(json!({"ok": true, "subtask": a.subtask, "agent": a.agent,
+                      "inline_bytes": a.accounting.inline_bytes, "referenced_bytes": a.accounting.referenced_bytes,
+                      "est_tokens_saved": a.accounting.est_tokens_saved}))
+        }
+        "get_context" => {
+            let r: AgentIn = parse(op, v)?;
+            let (subtask, ctx) = engine.get_context(&r.task, &r.agent)?;
+            Ok(json!({"ok": true, "subtask": subtask, "agent_context": ctx}))
+        }
+        "get_blob" => {
+            let r: GetBlobIn = parse(op, v)?;
+            let (bytes, digest) = engine.get_blob(&r.task, &r.agent, &r.uri)?;
+            Ok(json!({"ok": true, "content": String::from_utf8_lossy(&bytes), "digest": digest}))
+        }
+        "return_context" => {
+            let r: ReturnIn = parse(op, v)?;
+            let (subtask, layer1) = engine.return_context(&r.task, &r.agent, &r.agent_context)?;
+            Ok(
+                json!({"ok": true, "subtask": subtask, "layer1": {"passed": layer1.passed, "reasons": layer1.reasons}}),
+            )
+        }
+        "evaluate" => {
+            let r: EvaluateIn = parse(op, v)?;
+            engine.evaluate(&r.task, r.run.as_deref(), &r.subtask, r.decision, &r.reason)?;
+            Ok(json!({"ok": true, "task": r.task, "subtask": r.subtask, "decision": r.decision}))
         }
         other => Err(OpError::UnknownOp(other.to_string())),
     }

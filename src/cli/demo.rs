@@ -205,6 +205,8 @@ pub fn run(dir: &Path) -> Result<i32> {
     )?;
     d.show(json!({"op":"dispatch"}), true)?;
 
+    context_scenarios(&mut d)?;
+
     d.engine.flush()?;
     let views = d.engine.views();
     let chain = views
@@ -226,4 +228,225 @@ pub fn run(dir: &Path) -> Result<i32> {
         dir.display()
     );
     Ok(0)
+}
+
+/// An AgentContext as the master sends it (draft, Figure 4).
+fn agent_context(
+    agent: &str,
+    sub: &str,
+    name: &str,
+    deps: &[&str],
+    items: &[(&str, &str, &str, &str)],
+    todos: &[&str],
+) -> Value {
+    json!({
+        "AgentID": format!("agent-{agent}"),
+        "AgentName": agent,
+        "SubTaskID": sub,
+        "SubTaskName": name,
+        "Dependencies": deps,
+        "ContextItems": items.iter().map(|(id, uri, desc, prio)| json!({
+            "ContextID": id, "ContextType": "document", "MediaType": "text/plain",
+            "ContextURI": uri, "Description": desc, "Priority": prio})).collect::<Vec<_>>(),
+        "CompressionPolicy": {"Strategy": "target_ratio", "TargetRatio": 0.3, "LossTolerance": "low",
+            "MustPreserveFields": ["KeyInformation", "Dependencies", "ContextItems[].Description"]},
+        "todoItems": todos.iter().enumerate().map(|(i, t)| json!({"itemID": format!("i{}", i + 1), "description": t})).collect::<Vec<_>>(),
+        "EvaluationPolicy": {"SuccessCriteria": [{"CriterionID": "c1", "Description": "result usable by the master", "Required": true}],
+            "ConfidenceThreshold": 0.8}
+    })
+}
+
+/// The agent's updated context: `done` of its todo items finished.
+fn returned(sent: &Value, done: usize, confidence: f64, abstracts: &[&str]) -> Value {
+    let mut r = sent.clone();
+    let todos = sent["todoItems"].as_array().cloned().unwrap_or_default();
+    r["ItemStateUpdates"] = json!(todos
+        .iter()
+        .enumerate()
+        .map(|(i, t)| json!({"itemID": t["itemID"], "state": u8::from(i < done)}))
+        .collect::<Vec<_>>());
+    r["KeyInformation"] = json!(todos
+        .iter()
+        .zip(abstracts)
+        .map(|(t, a)| json!({"itemID": t["itemID"], "outputabstract": a}))
+        .collect::<Vec<_>>());
+    r["EvaluationResult"] = json!({"Status": if done == todos.len() { "passed" } else { "failed" }, "Confidence": confidence,
+        "CriterionResults": [{"CriterionID": "c1", "Status": if done == todos.len() { "passed" } else { "failed" }, "EvidenceRefs": [], "TraceRefs": []}]});
+    r
+}
+
+fn task_context(id: &str, name: &str, query: &str, goals: &[&str]) -> Value {
+    json!({"TaskID": id, "UserQuery": query, "TaskName": name, "TaskDescription": query,
+        "GoalStatus": goals.iter().map(|g| json!({"Goal": g, "Status": "pending"})).collect::<Vec<_>>(),
+        "OverallStatus": "in_progress"})
+}
+
+fn context_scenarios(d: &mut Demo) -> Result<()> {
+    println!("\n4. Tour plan: independent hotel, flight and weather agents (async)");
+    d.show(json!({"op":"publish_agent","agent":"planner","scope":"acme/travel","listens":[],"emits":[]}), true)?;
+    d.op(
+        json!({"op":"open_run","run":"tour-master","agent":"planner"}),
+        true,
+    )?;
+    d.show(json!({"op":"open_task","task":"tour","run":"tour-master","task_context":
+        task_context("T-tour", "tour-plan", "Plan three days in Lisbon in May", &["hotel", "flight", "weather"])}), true)?;
+    let prefs = d.show(json!({"op":"put_blob","task":"tour","content":"Traveller profile: two adults, mid-range budget, prefers the old town, no red-eye flights. ".repeat(20),"media_type":"text/plain","ttl_s":3600}), true)?;
+    let uri = prefs["uri"].as_str().unwrap_or_default().to_string();
+    let hotel = agent_context(
+        "hotel",
+        "h1",
+        "book a hotel",
+        &[],
+        &[("prefs", &uri, "traveller profile", "reference_only")],
+        &["shortlist hotels", "book one"],
+    );
+    let flight = agent_context(
+        "flight",
+        "f1",
+        "book flights",
+        &[],
+        &[("prefs", &uri, "traveller profile", "reference_only")],
+        &["find flights", "book them"],
+    );
+    let weather = agent_context(
+        "weather",
+        "w1",
+        "check the weather",
+        &[],
+        &[],
+        &["fetch the forecast"],
+    );
+    for ctx in [&hotel, &flight, &weather] {
+        d.show(
+            json!({"op":"send_context","task":"tour","mode":"async","agent_context":ctx}),
+            true,
+        )?;
+    }
+    println!("  (three subtasks outstanding at once; each agent sees only its own context)");
+    d.show(
+        json!({"op":"get_context","task":"tour","agent":"weather"}),
+        true,
+    )
+    .map(|_| ())?;
+    d.show(
+        json!({"op":"get_blob","task":"tour","agent":"hotel","uri":uri}),
+        true,
+    )
+    .map(|_| ())?;
+    println!("  (weather was never sent the profile: resolving it is refused)");
+    d.show(
+        json!({"op":"get_blob","task":"tour","agent":"weather","uri":uri}),
+        false,
+    )?;
+    println!("  (flight returning the hotel's context is refused)");
+    d.show(json!({"op":"return_context","task":"tour","agent":"flight","agent_context":returned(&hotel, 2, 0.9, &["", ""])}), false)?;
+    d.show(json!({"op":"return_context","task":"tour","agent":"hotel","agent_context":returned(&hotel, 2, 0.92, &["3 hotels near Alfama", "booked Casa Alfama, 3 nights"])}), true)?;
+    d.show(json!({"op":"return_context","task":"tour","agent":"flight","agent_context":returned(&flight, 1, 0.6, &["TP1351 and TP1360 found", ""])}), true)?;
+    d.show(json!({"op":"return_context","task":"tour","agent":"weather","agent_context":returned(&weather, 1, 0.95, &["sunny, 22°C"])}), true)?;
+    d.show(json!({"op":"evaluate","task":"tour","subtask":"s1","decision":"accepted","reason":"booking confirmed"}), true)?;
+    d.show(json!({"op":"evaluate","task":"tour","subtask":"s2","decision":"rejected","reason":"flights found but not booked"}), true)?;
+    d.show(json!({"op":"evaluate","task":"tour","subtask":"s3","decision":"accepted","reason":"forecast is enough"}), true)?;
+    let mut tc = task_context(
+        "T-tour",
+        "tour-plan",
+        "Plan three days in Lisbon in May",
+        &[],
+    );
+    tc["GoalStatus"] = json!([{"Goal":"hotel","Status":"done"},{"Goal":"flight","Status":"retry"},{"Goal":"weather","Status":"done"}]);
+    d.show(
+        json!({"op":"update_task","task":"tour","run":"tour-master","task_context":tc}),
+        true,
+    )?;
+    println!("  trail of tour-master:");
+    d.trail("tour-master")?;
+
+    println!("\n5. See a doctor: diagnosis -> prescription -> buy-medicine (sync, dependencies)");
+    d.op(
+        json!({"op":"open_run","run":"doctor-master","agent":"planner"}),
+        true,
+    )?;
+    d.op(json!({"op":"open_task","task":"doctor","run":"doctor-master","task_context":
+        task_context("T-doc", "see-a-doctor", "Persistent cough for two weeks", &["diagnosis", "prescription", "medicine"])}), true)?;
+    let symptoms = d.op(json!({"op":"put_blob","task":"doctor","content":"Patient notes: dry cough 14 days, no fever, non-smoker.","ttl_s":3600}), true)?;
+    let symptoms = symptoms["uri"].as_str().unwrap_or_default().to_string();
+    let diag = agent_context(
+        "diagnosis",
+        "d1",
+        "diagnose",
+        &[],
+        &[("notes", &symptoms, "patient notes", "must_preserve")],
+        &["assess symptoms", "name a diagnosis"],
+    );
+    let presc = agent_context(
+        "prescription",
+        "p1",
+        "prescribe",
+        &["d1"],
+        &[("notes", &symptoms, "patient notes", "reference_only")],
+        &["choose medication"],
+    );
+    let buy = agent_context(
+        "buy-medicine",
+        "b1",
+        "buy the medicine",
+        &["p1"],
+        &[],
+        &["order from pharmacy"],
+    );
+    println!("  (the master skips a dependency: prescription before diagnosis is accepted)");
+    d.show(
+        json!({"op":"send_context","task":"doctor","mode":"sync","agent_context":presc}),
+        false,
+    )?;
+    d.show(
+        json!({"op":"send_context","task":"doctor","mode":"sync","agent_context":diag}),
+        true,
+    )?;
+    println!("  (sync: one outstanding subtask at a time)");
+    d.show(
+        json!({"op":"send_context","task":"doctor","mode":"sync","agent_context":buy}),
+        false,
+    )?;
+    d.op(
+        json!({"op":"get_blob","task":"doctor","agent":"diagnosis","uri":symptoms}),
+        true,
+    )?;
+    d.show(json!({"op":"return_context","task":"doctor","agent":"diagnosis","agent_context":returned(&diag, 2, 0.88, &["dry cough, no fever", "likely post-viral cough"])}), true)?;
+    d.op(json!({"op":"evaluate","task":"doctor","subtask":"s1","decision":"accepted","reason":"plausible"}), true)?;
+    d.show(
+        json!({"op":"send_context","task":"doctor","mode":"sync","agent_context":presc}),
+        true,
+    )?;
+    println!("  (the stored notes are tampered with on disk: the digest check refuses them)");
+    let path = d.engine.store().blob_path(&symptoms)?;
+    let original = std::fs::read(&path)?;
+    std::fs::write(&path, b"Patient notes: prescribe antibiotics.")?;
+    d.show(
+        json!({"op":"get_blob","task":"doctor","agent":"prescription","uri":symptoms}),
+        false,
+    )?;
+    std::fs::write(&path, original)?;
+    let mut breach = returned(&presc, 1, 0.9, &["honey and rest"]);
+    breach["ContextItems"] = json!([]);
+    println!("  (prescription drops a reference_only item: a compression breach fails layer one)");
+    d.show(json!({"op":"return_context","task":"doctor","agent":"prescription","agent_context":breach}), true)?;
+    d.op(json!({"op":"evaluate","task":"doctor","subtask":"s2","decision":"accepted","reason":"master overrules: advice is sound"}), true)?;
+    d.op(
+        json!({"op":"send_context","task":"doctor","mode":"sync","agent_context":buy}),
+        true,
+    )?;
+    let short = d.op(
+        json!({"op":"put_blob","task":"doctor","content":"one-time pharmacy code 4711","ttl_s":0}),
+        true,
+    )?;
+    println!("  (a reference past its TTL: the bytes are gone, the digest stays in the ledger)");
+    d.show(
+        json!({"op":"get_blob","task":"doctor","agent":"doctor-master","uri":short["uri"]}),
+        false,
+    )?;
+    d.op(json!({"op":"return_context","task":"doctor","agent":"buy-medicine","agent_context":returned(&buy, 1, 0.99, &["ordered, pickup tomorrow"])}), true)?;
+    d.op(json!({"op":"evaluate","task":"doctor","subtask":"s3","decision":"accepted","reason":"done"}), true)?;
+    println!("  trail of doctor-master:");
+    d.trail("doctor-master")?;
+    Ok(())
 }

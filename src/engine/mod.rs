@@ -3,10 +3,12 @@
 //! the log (durably), and projects them into the views. Refusals that the
 //! trail must show are recorded before the refusal is answered.
 
+mod context;
 mod dispatcher;
 mod registry;
 mod runs;
 
+pub use context::{SendAnswer, TaskStats};
 pub use dispatcher::{DispatchAnswer, OpenedListener, RefusedListener, WithheldRun};
 pub use registry::{PublishAgent, PublishAnswer};
 pub use runs::{CloseAnswer, CloseRun, OpenAnswer, ReadAnswer};

@@ -224,8 +224,17 @@ pub struct RunDispatched {
     pub opened: Vec<String>,
 }
 
-/// Every kind of ledger record body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A context exchange of a task (IETF draft, R11–R15), a step in the trail
+/// of the task's master run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextRecord {
+    pub master_run: String,
+    pub event: crate::context::ContextEvent,
+}
+
+/// Every kind of ledger record body. New variants go at the end: bincode
+/// numbers them by position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum LedgerEvent {
     AgentPublished(AgentVersion),
     RunOpened(RunOpened),
@@ -234,6 +243,7 @@ pub enum LedgerEvent {
     RunClosed(RunClosed),
     ListenerRefused(ListenerRefused),
     RunDispatched(RunDispatched),
+    Context(Box<ContextRecord>),
 }
 
 impl LedgerEvent {
@@ -247,6 +257,7 @@ impl LedgerEvent {
             LedgerEvent::RunClosed(e) => Some(&e.run),
             LedgerEvent::ListenerRefused(e) => Some(&e.source_run),
             LedgerEvent::RunDispatched(e) => Some(&e.run),
+            LedgerEvent::Context(c) => Some(&c.master_run),
         }
     }
 
@@ -259,6 +270,7 @@ impl LedgerEvent {
             LedgerEvent::RunClosed(_) => "run_closed",
             LedgerEvent::ListenerRefused(_) => "listener_refused",
             LedgerEvent::RunDispatched(_) => "run_dispatched",
+            LedgerEvent::Context(c) => c.event.kind(),
         }
     }
 }

@@ -13,8 +13,9 @@ pub const TRAIL: u8 = b't';
 pub const CHAIN: u8 = b'c';
 pub const FINISHED: u8 = b'f';
 pub const CURSOR: u8 = b'd';
+pub const TASK: u8 = b'k';
 
-pub const ALL_PREFIXES: [(u8, &str); 9] = [
+pub const ALL_PREFIXES: [(u8, &str); 10] = [
     (OFFSET, "offsets"),
     (AGENT, "agents"),
     (VERSION, "versions"),
@@ -24,6 +25,7 @@ pub const ALL_PREFIXES: [(u8, &str); 9] = [
     (CHAIN, "chains"),
     (FINISHED, "finished_queue"),
     (CURSOR, "dispatch_cursors"),
+    (TASK, "tasks"),
 ];
 
 fn with(prefix: u8, parts: &[&[u8]]) -> Vec<u8> {
@@ -80,6 +82,9 @@ pub fn finished_offset(key: &[u8]) -> u64 {
         .and_then(|b| b.try_into().ok())
         .map(u64::from_be_bytes)
         .unwrap_or(0)
+}
+pub fn task(task: &str) -> Vec<u8> {
+    with(TASK, &[task.as_bytes()])
 }
 pub fn dispatch_cursor(partition: u32) -> Vec<u8> {
     with(CURSOR, &[&partition.to_be_bytes()])

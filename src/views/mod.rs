@@ -147,6 +147,11 @@ impl Views {
         Ok(out)
     }
 
+    /// A task's context-exchange state (R11–R15).
+    pub fn task(&self, task: &str) -> Result<Option<crate::context::TaskState>, ViewError> {
+        self.get_typed(&keys::task(task))
+    }
+
     pub fn chain(&self, root: &str) -> Result<Option<ChainState>, ViewError> {
         self.get_typed(&keys::chain(root))
     }

@@ -66,7 +66,7 @@ pub struct TrailPointer {
 pub type TrailPage = Vec<(u32, TrailPointer)>;
 
 /// One step of a run's trail as shown: the record and where it sits in the log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrailStep {
     pub step: u32,
     pub partition: u32,

@@ -88,13 +88,16 @@ cmd_fetch() {
     local tmp="$JARS_DIR.tmp.$$" t0
     rm -rf "$tmp"
     t0=$(now_ms)
-    log "fetching Kafka jars with Maven into $JARS_DIR (first run downloads ~60 MB)"
+    log "fetching Kafka jars with Maven into $JARS_DIR (first run: ~66 MB into ~/.m2, 44 MB of jars)"
+    # Output is kept only for failures (mvn -q still prints bare ANSI resets on stdout).
     # shellcheck disable=SC2086 # KAFKA_MVN_ARGS is a list of words on purpose
     if ! mvn -B -q -Dstyle.color=never -f "$POM" "$DEP_PLUGIN:copy-dependencies" \
-      -DincludeScope=runtime -DoutputDirectory="$tmp" ${KAFKA_MVN_ARGS:-} >&2; then
-      rm -rf "$tmp"
+      -DincludeScope=runtime -DoutputDirectory="$tmp" ${KAFKA_MVN_ARGS:-} >"$tmp.mvn.log" 2>&1; then
+      sed $'s/\e\\[[0-9;]*m//g' "$tmp.mvn.log" >&2
+      rm -rf "$tmp" "$tmp.mvn.log"
       die "mvn copy-dependencies failed"
     fi
+    rm -f "$tmp.mvn.log"
     compgen -G "$tmp/kafka_2.13-*.jar" >/dev/null || {
       rm -rf "$tmp"
       die "fetch finished but kafka_2.13 jar is missing in $tmp"
@@ -257,7 +260,7 @@ EOF
     echo "# node $i of $KAFKA_NODES; started by tools/kafka/kafka.sh (start/restart)"
     printf 'echo $$ >%q\n' "$dir/pid"
     printf 'exec java %s %s' "$HEAP_OPTS" "$JVM_OPTS"
-    printf ' %q' "-Dlog4j2.configurationFile=$LOG4J_CONF" "-Dkafka.logs.dir=$dir" \
+    printf ' %q' "-Dlog4j2.configurationFile=$LOG4J_CONF" -Dlog4j2.shutdownHookEnabled=false "-Dkafka.logs.dir=$dir" \
       -cp "$JARS_DIR/*" kafka.Kafka "$dir/server.properties"
     echo
   } >"$dir/run.sh"
@@ -567,7 +570,7 @@ cmd_tool() { # class args...
   load_env
   ensure_jars
   java_tool_cmd tools.log
-  "${JAVA_TOOL[@]}" "$@"
+  exec "${JAVA_TOOL[@]}" "$@" # exec: signals (timeout, Ctrl-C) reach the JVM itself
 }
 
 main() {

@@ -1,0 +1,158 @@
+//! Typed refusals of the context-exchange rules (R11–R15), each with a stable
+//! snake_case code for the CLI's `{"ok":false,"error":{"code":…}}` answers and
+//! for `Refused` events in the trail.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Which of the draft's two objects a schema violation is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContextKind {
+    TaskContext,
+    AgentContext,
+}
+
+impl fmt::Display for ContextKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ContextKind::TaskContext => "TaskContext",
+            ContextKind::AgentContext => "AgentContext",
+        })
+    }
+}
+
+/// One schema (or identity) violation: the JSON Pointer of the offending
+/// value (`""` is the document root) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // An empty pointer is the root; spell it out so the message never
+        // starts with a bare colon.
+        let path = if self.path.is_empty() {
+            "(root)"
+        } else {
+            &self.path
+        };
+        write!(f, "{path}: {}", self.message)
+    }
+}
+
+fn join(violations: &[Violation]) -> String {
+    violations
+        .iter()
+        .map(Violation::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Every refusal of this module. `code()` is the stable identifier; the
+/// Display text is for humans and may be reworded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContextError {
+    /// The object does not match its schema (or, for the few identity rules
+    /// JSON Schema cannot express, such as unique ContextIDs, their rule).
+    #[error("invalid {kind}: {}", join(violations))]
+    InvalidContext {
+        kind: ContextKind,
+        violations: Vec<Violation>,
+    },
+    /// An embedded schema failed to load: a build defect, never the caller's
+    /// fault, reported instead of panicking.
+    #[error("schema for {kind} unavailable: {detail}")]
+    SchemaUnavailable { kind: ContextKind, detail: String },
+    /// R11: the caller is not the agent the context belongs to.
+    #[error("agent {agent:?} may not use this context: {detail}")]
+    NotYourContext { agent: String, detail: String },
+    /// R11: only the master run updates the TaskContext.
+    #[error("only the master run {master:?} may update the TaskContext, not {run:?}")]
+    NotMaster { run: String, master: String },
+    /// R12: a dependency is not returned and accepted yet.
+    #[error("dependency {dependency:?} is not satisfied: {status}")]
+    DependencyPending { dependency: String, status: String },
+    /// R12: sync interaction allows one outstanding subtask at a time.
+    #[error("subtask {outstanding} (agent {agent:?}) is still outstanding and sync interaction waits for it")]
+    SubtaskOutstanding { outstanding: String, agent: String },
+    /// The SubTaskID is already outstanding in another subtask, so a return
+    /// could not be matched to one of them.
+    #[error("SubTaskID {sub_task_id:?} is already outstanding as {outstanding}")]
+    DuplicateSubtask {
+        sub_task_id: String,
+        outstanding: String,
+    },
+    #[error("task {task:?} is already open (master run {master:?})")]
+    TaskExists { task: String, master: String },
+    #[error("unknown subtask {subtask:?}")]
+    UnknownSubtask { subtask: String },
+    #[error("subtask {subtask} was already returned")]
+    AlreadyReturned { subtask: String },
+    /// R15: the bytes do not hash to the digest in the reference.
+    #[error(
+        "content of {uri} does not match its digest (expected sha256:{expected}, got {actual})"
+    )]
+    DigestMismatch {
+        uri: String,
+        expected: String,
+        actual: String,
+    },
+    /// R15: the content's TTL has passed; the digest stays in the ledger.
+    #[error("content of {uri} expired at {expired_at} (unix ms); its digest stays in the ledger")]
+    Expired { uri: String, expired_at: u64 },
+    /// R15: the reader was never sent this reference.
+    #[error("agent {agent:?} was never sent {uri}")]
+    NotGranted { agent: String, uri: String },
+    #[error("bad ContextURI {uri:?}: {reason}")]
+    BadUri { uri: String, reason: String },
+    /// R15: the ledger holds no BlobPut for this reference in this task.
+    #[error("no content was put for {uri} in this task")]
+    UnknownBlob { uri: String },
+    /// R15: the ledger says the content is live but the store has no bytes.
+    #[error("content of {uri} is missing from the store before its expiry")]
+    BlobMissing { uri: String },
+    #[error("subtask {subtask} was already evaluated")]
+    AlreadyEvaluated { subtask: String },
+    #[error("subtask {subtask} has not been returned yet")]
+    NotReturned { subtask: String },
+}
+
+impl ContextError {
+    /// Stable snake_case code of the refusal.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ContextError::InvalidContext { .. } => "invalid_context",
+            ContextError::SchemaUnavailable { .. } => "schema_unavailable",
+            ContextError::NotYourContext { .. } => "not_your_context",
+            ContextError::NotMaster { .. } => "not_master",
+            ContextError::DependencyPending { .. } => "dependency_pending",
+            ContextError::SubtaskOutstanding { .. } => "subtask_outstanding",
+            ContextError::DuplicateSubtask { .. } => "duplicate_subtask",
+            ContextError::TaskExists { .. } => "task_exists",
+            ContextError::UnknownSubtask { .. } => "unknown_subtask",
+            ContextError::AlreadyReturned { .. } => "already_returned",
+            ContextError::DigestMismatch { .. } => "digest_mismatch",
+            ContextError::Expired { .. } => "expired",
+            ContextError::NotGranted { .. } => "not_granted",
+            ContextError::BadUri { .. } => "bad_uri",
+            ContextError::UnknownBlob { .. } => "unknown_blob",
+            ContextError::BlobMissing { .. } => "blob_missing",
+            ContextError::AlreadyEvaluated { .. } => "already_evaluated",
+            ContextError::NotReturned { .. } => "not_returned",
+        }
+    }
+
+    /// Shorthand for a single-violation `invalid_context`.
+    pub(crate) fn invalid(kind: ContextKind, path: &str, message: impl Into<String>) -> Self {
+        ContextError::InvalidContext {
+            kind,
+            violations: vec![Violation {
+                path: path.to_owned(),
+                message: message.into(),
+            }],
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! Context exchange (IETF draft; R11–R15) in the ledger: every exchange and
+//! every refusal of one is a step in the trail of the task's master run.
+//! The decisions are the pure functions of `crate::context`.
+
+use super::runs::chain_key;
+use super::{Engine, Pending};
+use crate::context::{
+    self, ContextAccounting, ContextError, ContextEvent, Layer1, Mode, Outcome, TaskState,
+};
+use crate::error::{LedgerError, Refusal, Result};
+use crate::log::Topic;
+use crate::model::*;
+use serde_json::Value;
+
+/// What `send_context` answers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SendAnswer {
+    pub subtask: String,
+    pub agent: String,
+    pub accounting: ContextAccounting,
+}
+
+/// Totals of a task's exchanges (`agentledger stats`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskStats {
+    pub subtasks: usize,
+    pub inline_bytes: u64,
+    pub referenced_bytes: u64,
+    pub est_tokens_saved: u64,
+    pub refusals: usize,
+}
+
+fn refusal(e: &ContextError) -> LedgerError {
+    Refusal::new(e.code(), e.to_string()).into()
+}
+
+impl Engine {
+    pub fn task(&self, task: &str) -> Result<TaskState> {
+        self.views.task(task)?.ok_or_else(|| {
+            Refusal::new("unknown_task", format!("no task {task:?} in the ledger")).into()
+        })
+    }
+
+    /// Record a context event in the master run's trail.
+    fn record_context(&mut self, master_run: &str, event: ContextEvent) -> Result<()> {
+        let run = self.existing_run(master_run)?;
+        let step = run.next_step;
+        self.commit(vec![Pending {
+            topic: Topic::Ledger,
+            key: chain_key(&run),
+            event_id: ids::step_event_id(&run.run, step),
+            step,
+            event: LedgerEvent::Context(Box::new(ContextRecord {
+                master_run: master_run.to_string(),
+                event,
+            })),
+        }])?;
+        Ok(())
+    }
+
+    /// Record a decision, or the refusal of it (the draft asks for an audit
+    /// trail of both), and answer accordingly.
+    fn decided(
+        &mut self,
+        state: &TaskState,
+        op: &str,
+        agent: Option<&str>,
+        d: Result<ContextEvent, ContextError>,
+    ) -> Result<ContextEvent> {
+        match d {
+            Ok(ev) => {
+                self.record_context(&state.master_run, ev.clone())?;
+                Ok(ev)
+            }
+            Err(e) => self.refuse(state, op, agent, e),
+        }
+    }
+
+    /// Record a refusal in the master run's trail and return it.
+    fn refuse<T>(
+        &mut self,
+        state: &TaskState,
+        op: &str,
+        agent: Option<&str>,
+        e: ContextError,
+    ) -> Result<T> {
+        let now = self.now_ms();
+        self.record_context(
+            &state.master_run,
+            ContextEvent::refused(&state.task, op, &e, agent, now),
+        )?;
+        Err(refusal(&e))
+    }
+
+    pub fn open_task(&mut self, task: &str, master_run: &str, task_context: &Value) -> Result<()> {
+        if !ids::valid_name(task) {
+            return Err(Refusal::new(
+                "invalid_name",
+                format!("task id {task:?} is not a valid name"),
+            )
+            .into());
+        }
+        self.existing_run(master_run)?;
+        let existing = self.views.task(task)?;
+        let ev = context::decide_open(
+            existing.as_ref(),
+            task,
+            master_run,
+            task_context,
+            self.now_ms(),
+        )
+        .map_err(|e| refusal(&e))?;
+        self.record_context(master_run, ev)
+    }
+
+    pub fn update_task(&mut self, task: &str, run: &str, task_context: &Value) -> Result<()> {
+        let state = self.task(task)?;
+        let d = context::decide_update_task(&state, run, task_context, self.now_ms());
+        self.decided(&state, "update_task", None, d).map(|_| ())
+    }
+
+    /// Store content by reference for this task (R15): bytes to the content
+    /// store with a deadline, digest and expiry to the ledger.
+    pub fn put_blob(
+        &mut self,
+        task: &str,
+        content: &[u8],
+        media_type: &str,
+        ttl_s: u64,
+    ) -> Result<(String, String, u64)> {
+        let state = self.task(task)?;
+        let now = self.now_ms();
+        let ev = context::decide_put_blob(&state, content, media_type, ttl_s, now);
+        if let ContextEvent::BlobPut { expires_at, .. } = &ev {
+            self.store.put(content, Some(*expires_at))?;
+        }
+        self.record_context(&state.master_run, ev.clone())?;
+        match ev {
+            ContextEvent::BlobPut {
+                uri, digest, size, ..
+            } => Ok((uri, digest, size)),
+            _ => Err(LedgerError::Other(
+                "put_blob decided something other than a blob".into(),
+            )),
+        }
+    }
+
+    /// Send one agent's AgentContext as a new subtask (R11, R12). `run`, when
+    /// given, must be the master run.
+    pub fn send_context(
+        &mut self,
+        task: &str,
+        run: Option<&str>,
+        mode: Mode,
+        agent_context: &Value,
+    ) -> Result<SendAnswer> {
+        let state = self.task(task)?;
+        if let Some(r) = run.filter(|r| *r != state.master_run) {
+            let e = ContextError::NotMaster {
+                run: r.to_string(),
+                master: state.master_run.clone(),
+            };
+            return self.refuse(&state, "send_context", None, e);
+        }
+        let d = context::decide_send(&state, mode, agent_context, self.now_ms());
+        match self.decided(&state, "send_context", None, d)? {
+            ContextEvent::ContextSent {
+                subtask,
+                agent,
+                context: ctx,
+                ..
+            } => {
+                let accounting = context::account(&ctx, |uri| state.blob_size(uri));
+                Ok(SendAnswer {
+                    subtask,
+                    agent,
+                    accounting,
+                })
+            }
+            _ => Err(LedgerError::Other(
+                "send_context decided something other than a send".into(),
+            )),
+        }
+    }
+
+    /// An agent's own current context (R11); asking as anyone else is
+    /// refused and recorded.
+    pub fn get_context(&mut self, task: &str, agent: &str) -> Result<(String, Value)> {
+        let state = self.task(task)?;
+        match context::get_context(&state, agent) {
+            Ok((sub, ctx)) => Ok((
+                sub.id.clone(),
+                serde_json::to_value(ctx).unwrap_or(Value::Null),
+            )),
+            Err(e) => self.refuse(&state, "get_context", Some(agent), e),
+        }
+    }
+
+    /// Resolve a reference (R15): granted, not expired, digest checked.
+    pub fn get_blob(&mut self, task: &str, agent: &str, uri: &str) -> Result<(Vec<u8>, String)> {
+        let state = self.task(task)?;
+        let bytes = self.store.read_raw(uri);
+        let actual = bytes.as_deref().map(context::sha256_hex);
+        let d = context::decide_blob_read(&state, agent, uri, actual.as_deref(), self.now_ms());
+        if matches!(&d, Err(ContextError::Expired { .. })) {
+            // Past its deadline the bytes are gone for good; the digest stays.
+            self.store.forget(uri);
+        }
+        match self.decided(&state, "get_blob", Some(agent), d)? {
+            ContextEvent::BlobRead { digest, .. } => Ok((bytes.unwrap_or_default(), digest)),
+            _ => Err(LedgerError::Other(
+                "get_blob decided something other than a read".into(),
+            )),
+        }
+    }
+
+    /// The agent returns its updated context; layer one is computed (R13, R14).
+    pub fn return_context(
+        &mut self,
+        task: &str,
+        agent: &str,
+        agent_context: &Value,
+    ) -> Result<(String, Layer1)> {
+        let state = self.task(task)?;
+        let d = context::decide_return(&state, agent, agent_context, self.now_ms());
+        match self.decided(&state, "return_context", Some(agent), d)? {
+            ContextEvent::ContextReturned {
+                subtask, layer1, ..
+            } => Ok((subtask, layer1)),
+            _ => Err(LedgerError::Other(
+                "return_context decided something other than a return".into(),
+            )),
+        }
+    }
+
+    /// The master's decision, layer two (R13).
+    pub fn evaluate(
+        &mut self,
+        task: &str,
+        run: Option<&str>,
+        subtask: &str,
+        outcome: Outcome,
+        reason: &str,
+    ) -> Result<()> {
+        let state = self.task(task)?;
+        if let Some(r) = run.filter(|r| *r != state.master_run) {
+            let e = ContextError::NotMaster {
+                run: r.to_string(),
+                master: state.master_run.clone(),
+            };
+            return self.refuse(&state, "evaluate", None, e);
+        }
+        let d = context::decide_evaluate(&state, subtask, outcome, reason, self.now_ms());
+        self.decided(&state, "evaluate", None, d).map(|_| ())
+    }
+
+    /// Totals over a task's subtasks: bytes inline vs behind references.
+    pub fn task_stats(&self, task: &str) -> Result<TaskStats> {
+        let state = self.task(task)?;
+        let mut stats = TaskStats::default();
+        for s in &state.subtasks {
+            let a = context::account(&s.sent, |uri| state.blob_size(uri));
+            stats.subtasks += 1;
+            stats.inline_bytes += a.inline_bytes;
+            stats.referenced_bytes += a.referenced_bytes;
+            stats.est_tokens_saved += a.est_tokens_saved;
+        }
+        for step in self.trail(&state.master_run, false)? {
+            if let LedgerEvent::Context(c) = &step.event {
+                if matches!(&c.event, ContextEvent::Refused { task: t, .. } if t == task) {
+                    stats.refusals += 1;
+                }
+            }
+        }
+        Ok(stats)
+    }
+}
