@@ -12,6 +12,7 @@
 //! [`apply`] (the JSON-lines interface).
 
 pub mod apply;
+pub mod audit;
 pub mod codec;
 pub mod content_store;
 pub mod context;

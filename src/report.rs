@@ -329,3 +329,91 @@ pub fn step_json(run: &str, s: &TrailStep) -> Value {
         "detail": detail,
     })
 }
+
+/// A point in history for `--as-of`: a ledger offset or a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsOf {
+    Offset(u64),
+    TimeMs(u64),
+}
+
+impl AsOf {
+    pub fn includes(&self, s: &TrailStep) -> bool {
+        match self {
+            AsOf::Offset(o) => s.offset <= *o,
+            AsOf::TimeMs(t) => s.time_ms <= *t,
+        }
+    }
+}
+
+/// Parse `--as-of`: digits are a ledger offset; `<digits>ms` is Unix
+/// milliseconds; otherwise an RFC 3339 UTC time like 2026-12-02T10:00:00Z.
+pub fn parse_as_of(s: &str) -> std::result::Result<AsOf, String> {
+    let s = s.trim();
+    if let Ok(o) = s.parse::<u64>() {
+        return Ok(AsOf::Offset(o));
+    }
+    if let Some(ms) = s.strip_suffix("ms").and_then(|m| m.parse::<u64>().ok()) {
+        return Ok(AsOf::TimeMs(ms));
+    }
+    parse_rfc3339_utc(s).map(AsOf::TimeMs).ok_or_else(|| {
+        format!(
+            "{s:?} is neither an offset, nor <unix ms>ms, nor a UTC time like 2026-12-02T10:00:00Z"
+        )
+    })
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fff]Z` to Unix milliseconds.
+fn parse_rfc3339_utc(s: &str) -> Option<u64> {
+    let s = s.strip_suffix('Z').or_else(|| s.strip_suffix("+00:00"))?;
+    let (date, time) = s.split_once(['T', ' '])?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let mut t = hms.split(':').map(|x| x.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    if !(1..=12).contains(&m)
+        || !(1..=31).contains(&day)
+        || !(0..=23).contains(&hh)
+        || !(0..=59).contains(&mm)
+        || !(0..=60).contains(&ss)
+    {
+        return None;
+    }
+    let ms: i64 = if frac.is_empty() {
+        0
+    } else {
+        format!("{:0<3}", &frac[..frac.len().min(3)]).parse().ok()?
+    };
+    // Days from civil (proleptic Gregorian), after Howard Hinnant's algorithm.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146097 + doe - 719468;
+    let total = ((days * 24 + hh) * 60 + mm) * 60 + ss;
+    u64::try_from(total * 1000 + ms).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn as_of_parses_offsets_millis_and_utc_times() {
+        assert_eq!(parse_as_of("42"), Ok(AsOf::Offset(42)));
+        assert_eq!(
+            parse_as_of("1700000000000ms"),
+            Ok(AsOf::TimeMs(1_700_000_000_000))
+        );
+        assert_eq!(
+            parse_as_of("2023-11-14T22:13:20Z"),
+            Ok(AsOf::TimeMs(1_700_000_000_000))
+        );
+        assert_eq!(parse_as_of("1970-01-01T00:00:00.5Z"), Ok(AsOf::TimeMs(500)));
+        assert!(parse_as_of("yesterday").is_err());
+        assert!(parse_as_of("2023-13-01T00:00:00Z").is_err());
+    }
+}

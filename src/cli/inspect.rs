@@ -7,9 +7,16 @@ use agentledger::report;
 use anyhow::Result;
 use serde_json::json;
 
-pub fn trail(cli: &Cli, run: &str, chain: bool) -> Result<i32> {
+pub fn trail(cli: &Cli, run: &str, chain: bool, as_of: Option<&str>) -> Result<i32> {
+    let point = match as_of.map(report::parse_as_of).transpose() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("agentledger: --as-of: {e}");
+            return Ok(2);
+        }
+    };
     let engine = open_engine(cli)?;
-    let steps = match report::collect_trail(engine.views(), engine.log().as_ref(), run, chain) {
+    let mut steps = match report::collect_trail(engine.views(), engine.log().as_ref(), run, chain) {
         Ok(s) => s,
         Err(e) if e.is_refusal() => {
             eprintln!("agentledger: {e}");
@@ -17,6 +24,9 @@ pub fn trail(cli: &Cli, run: &str, chain: bool) -> Result<i32> {
         }
         Err(e) => return Err(e.into()),
     };
+    if let Some(point) = point {
+        steps.retain(|(_, s)| point.includes(s));
+    }
     for (r, s) in &steps {
         if cli.json {
             println!("{}", report::step_json(r, s));
@@ -140,46 +150,66 @@ pub fn status(cli: &Cli) -> Result<i32> {
     let engine = open_engine(cli)?;
     let log = engine.log();
     let views = engine.views();
-    let mut parts = Vec::new();
+    struct Row {
+        topic: Topic,
+        partition: u32,
+        end: u64,
+        projected: Option<u64>,
+        dispatch: Option<u64>,
+        attested: Option<u64>,
+    }
+    let mut rows = Vec::new();
     for topic in Topic::ALL {
         for p in 0..log.partitions(topic) {
-            let end = log.end_offset(topic, p)?;
-            let projected = match topic {
-                Topic::Ledger | Topic::Registry => Some(views.offset(topic, p)?),
-                _ => None,
-            };
-            let cursor = match topic {
-                Topic::Ledger => Some(views.dispatch_cursor(p)?),
-                _ => None,
-            };
-            parts.push((topic, p, end, projected, cursor));
+            let chained = matches!(topic, Topic::Ledger | Topic::Registry);
+            rows.push(Row {
+                topic,
+                partition: p,
+                end: log.end_offset(topic, p)?,
+                projected: match topic {
+                    Topic::Published => None,
+                    _ => Some(views.offset(topic, p)?),
+                },
+                dispatch: match topic {
+                    Topic::Ledger => Some(views.dispatch_cursor(p)?),
+                    _ => None,
+                },
+                attested: if chained {
+                    Some(views.checkpoint_mark(topic, p)?.to)
+                } else {
+                    None
+                },
+            });
         }
     }
     let sizes = views.sizes()?;
+    let lag = |r: &Row| r.projected.map(|x| r.end - x.min(r.end));
     if cli.json {
         println!(
             "{}",
             json!({"log": log.describe(),
-                "partitions": parts.iter().map(|(t, p, end, proj, cur)| json!({"topic": t.name(), "partition": p,
-                    "end": end, "projected": proj, "lag": proj.map(|x| end - x.min(*end)), "dispatch_cursor": cur})).collect::<Vec<_>>(),
+                "partitions": rows.iter().map(|r| json!({"topic": r.topic.name(), "partition": r.partition,
+                    "end": r.end, "projected": r.projected, "lag": lag(r), "dispatch_cursor": r.dispatch,
+                    "attested_by_checkpoints": r.attested})).collect::<Vec<_>>(),
                 "views": sizes.iter().map(|(n, c)| (n.to_string(), json!(c))).collect::<serde_json::Map<_, _>>()})
         );
     } else {
         println!("{}", log.describe());
         println!(
-            "{:<12} {:>4} {:>10} {:>10} {:>6} {:>10}",
-            "topic", "part", "end", "projected", "lag", "dispatch@"
+            "{:<12} {:>4} {:>10} {:>10} {:>6} {:>10} {:>10}",
+            "topic", "part", "end", "projected", "lag", "dispatch@", "attested"
         );
-        for (t, p, end, proj, cur) in parts {
-            let f = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+        let f = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+        for r in &rows {
             println!(
-                "{:<12} {:>4} {:>10} {:>10} {:>6} {:>10}",
-                t.name(),
-                p,
-                end,
-                f(proj),
-                f(proj.map(|x| end - x.min(end))),
-                f(cur)
+                "{:<12} {:>4} {:>10} {:>10} {:>6} {:>10} {:>10}",
+                r.topic.name(),
+                r.partition,
+                r.end,
+                f(r.projected),
+                f(lag(r)),
+                f(r.dispatch),
+                f(r.attested)
             );
         }
         println!(
@@ -190,6 +220,40 @@ pub fn status(cli: &Cli) -> Result<i32> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+    }
+    Ok(0)
+}
+
+pub fn stats(cli: &Cli, task: &str) -> Result<i32> {
+    let engine = open_engine(cli)?;
+    let st = match engine.task_stats(task) {
+        Ok(s) => s,
+        Err(e) if e.is_refusal() => {
+            eprintln!("agentledger: {e}");
+            return Ok(1);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let per_token = agentledger::context::BYTES_PER_TOKEN;
+    if cli.json {
+        println!(
+            "{}",
+            json!({"task": task, "subtasks": st.subtasks, "inline_bytes": st.inline_bytes,
+                   "referenced_bytes": st.referenced_bytes, "est_tokens_saved": st.est_tokens_saved,
+                   "bytes_per_token": per_token, "refusals": st.refusals})
+        );
+    } else {
+        println!("task {task}: {} subtasks", st.subtasks);
+        println!("  sent inline:            {:>10} bytes", st.inline_bytes);
+        println!(
+            "  left behind references: {:>10} bytes",
+            st.referenced_bytes
+        );
+        println!(
+            "  estimated tokens saved: {:>10} (at ~{per_token} bytes per token, a common rule of thumb for English text)",
+            st.est_tokens_saved
+        );
+        println!("  refusals recorded:      {:>10}", st.refusals);
     }
     Ok(0)
 }

@@ -1,5 +1,6 @@
 //! Command-line interface: global options, one file per command family.
 
+mod audit;
 mod demo;
 mod inspect;
 
@@ -53,6 +54,34 @@ pub enum Command {
         run: String,
         #[arg(long)]
         chain: bool,
+        /// Show the trail as it stood at a ledger offset (a number) or a
+        /// time (RFC 3339, e.g. 2026-12-02T10:00:00Z, or Unix milliseconds
+        /// followed by "ms").
+        #[arg(long)]
+        as_of: Option<String>,
+    },
+    /// Context-exchange totals of a task: bytes inline vs behind references.
+    Stats { task: String },
+    /// Recompute every digest and hash chain from the log (or check an
+    /// export file alone); exit 0 clean, 1 mismatch, 2 unable to read.
+    Verify {
+        #[arg(long)]
+        export: Option<PathBuf>,
+    },
+    /// Write checkpoints now, covering every record of the log.
+    Checkpoint,
+    /// Export a run's or a chain's records with their covering checkpoints.
+    Export {
+        #[arg(long, conflicts_with = "chain")]
+        run: Option<String>,
+        #[arg(long)]
+        chain: Option<String>,
+        /// Only records at or before this ledger offset.
+        #[arg(long)]
+        as_of: Option<u64>,
+        /// Write to a file instead of stdout.
+        #[arg(long, short)]
+        out: Option<PathBuf>,
     },
     /// Show the runs of a run's chain with their hops.
     Chain { run: String },
@@ -142,7 +171,22 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 0
             })
         }
-        Command::Trail { run, chain } => inspect::trail(&cli, run, *chain),
+        Command::Trail { run, chain, as_of } => inspect::trail(&cli, run, *chain, as_of.as_deref()),
+        Command::Stats { task } => inspect::stats(&cli, task),
+        Command::Verify { export } => audit::verify(&cli, export.as_deref()),
+        Command::Checkpoint => audit::checkpoint(&cli),
+        Command::Export {
+            run,
+            chain,
+            as_of,
+            out,
+        } => audit::export(
+            &cli,
+            run.as_deref(),
+            chain.as_deref(),
+            *as_of,
+            out.as_deref(),
+        ),
         Command::Chain { run } => inspect::chain(&cli, run),
         Command::Agent { name } => inspect::agent(&cli, name),
         Command::Status => inspect::status(&cli),
@@ -160,16 +204,7 @@ fn rebuild(cli: &Cli) -> Result<i32> {
     let opts = options(cli);
     let log = EmbeddedLog::open(dd.log(), &opts.embedded)?;
     let total = agentledger::rebuild::projected_records(&log)?;
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "rebuilding {bar:40} {pos}/{len} records ({per_sec}, eta {eta})",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    if cli.json {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    let bar = progress_bar(cli, total, "rebuilding");
     let started = std::time::Instant::now();
     let report = agentledger::rebuild::rebuild_views(&dd, &log, &|n| bar.inc(n))?;
     bar.finish_and_clear();
@@ -198,4 +233,20 @@ fn rebuild(cli: &Cli) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// A progress bar on stderr for long work (indicatif hides it when stderr
+/// is not a terminal); hidden with --json.
+pub fn progress_bar(cli: &Cli, total: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{what} {{bar:40}} {{pos}}/{{len}} records ({{per_sec}}, eta {{eta}})"
+        ))
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    if cli.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar
 }

@@ -234,7 +234,53 @@ impl Engine {
             }
         }
         self.catch_up(&|_| {})?;
+        self.checkpoint(false)?;
         Ok(positions)
+    }
+
+    /// Write checkpoints (R16): every full interval of records not yet
+    /// covered, and with `force` also the partial tail, so that everything
+    /// in the log is attested. Returns what was written.
+    pub fn checkpoint(&mut self, force: bool) -> Result<Vec<crate::audit::Checkpoint>> {
+        use crate::audit::checkpoint::{self, CHAINED_TOPICS, CHECKPOINT_INTERVAL};
+        let mut written = Vec::new();
+        for topic in CHAINED_TOPICS {
+            for p in 0..self.log.partitions(topic) {
+                let end = self.views.offset(topic, p)?;
+                let mut mark = self.views.checkpoint_mark(topic, p)?;
+                loop {
+                    let to = if end - mark.to.min(end) >= CHECKPOINT_INTERVAL {
+                        mark.to + CHECKPOINT_INTERVAL
+                    } else if force && end > mark.to {
+                        end
+                    } else {
+                        break;
+                    };
+                    let span = checkpoint::Span {
+                        topic,
+                        partition: p,
+                        from: mark.to,
+                        to,
+                        prev_head: mark.head,
+                    };
+                    let cp = checkpoint::build(
+                        self.log.as_ref(),
+                        span,
+                        self.now_ms(),
+                        &self.opts.writer,
+                    )?;
+                    checkpoint::append(self.log.as_ref(), std::slice::from_ref(&cp))?;
+                    let head = crate::audit::hashchain::from_hex32(&cp.head)
+                        .unwrap_or(crate::audit::GENESIS);
+                    mark = crate::views::CheckpointMark { to, head };
+                    written.push(cp);
+                }
+            }
+        }
+        if !written.is_empty() {
+            project_checkpoints(self.log.as_ref(), &self.views)?;
+        }
+        Ok(written)
     }
 
     /// Project every record the views have not applied yet. Registry first,
@@ -289,5 +335,47 @@ pub fn project_all(log: &dyn Log, views: &Views, progress: &dyn Fn(u64)) -> Resu
             }
         }
     }
+    project_checkpoints(log, views)?;
     Ok(applied)
+}
+
+/// Follow the checkpoints topic: each partition's mark is the furthest
+/// checkpoint that continues the chain from the previous mark.
+fn project_checkpoints(log: &dyn Log, views: &Views) -> Result<()> {
+    for p in 0..log.partitions(Topic::Checkpoints) {
+        loop {
+            let from = views.offset(Topic::Checkpoints, p)?;
+            let recs = log.read(Topic::Checkpoints, p, from, PROJECT_BATCH)?;
+            let Some(last) = recs.last().map(|r| r.offset) else {
+                break;
+            };
+            let mut txn = views.txn();
+            for r in &recs {
+                let Ok(cp) = serde_json::from_slice::<crate::audit::Checkpoint>(&r.payload) else {
+                    tracing::warn!(
+                        offset = r.offset,
+                        "unreadable checkpoint record; `agentledger verify` will name it"
+                    );
+                    continue;
+                };
+                let (Some(topic), Some(head)) =
+                    (cp.topic(), crate::audit::hashchain::from_hex32(&cp.head))
+                else {
+                    continue;
+                };
+                let key = crate::views::keys::checkpointed(topic, cp.partition);
+                let mark: crate::views::CheckpointMark =
+                    txn.get(&key)?.unwrap_or(crate::views::CheckpointMark {
+                        to: 0,
+                        head: crate::audit::GENESIS,
+                    });
+                if cp.from == mark.to && cp.to > mark.to && cp.prev_head == hex::encode(mark.head) {
+                    txn.put(key, &crate::views::CheckpointMark { to: cp.to, head });
+                }
+            }
+            txn.set_offset(Topic::Checkpoints, p, last + 1);
+            txn.commit()?;
+        }
+    }
+    Ok(())
 }

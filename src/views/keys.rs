@@ -14,8 +14,9 @@ pub const CHAIN: u8 = b'c';
 pub const FINISHED: u8 = b'f';
 pub const CURSOR: u8 = b'd';
 pub const TASK: u8 = b'k';
+pub const CHECKPOINTED: u8 = b'x';
 
-pub const ALL_PREFIXES: [(u8, &str); 10] = [
+pub const ALL_PREFIXES: [(u8, &str); 11] = [
     (OFFSET, "offsets"),
     (AGENT, "agents"),
     (VERSION, "versions"),
@@ -26,6 +27,7 @@ pub const ALL_PREFIXES: [(u8, &str); 10] = [
     (FINISHED, "finished_queue"),
     (CURSOR, "dispatch_cursors"),
     (TASK, "tasks"),
+    (CHECKPOINTED, "checkpoint_marks"),
 ];
 
 fn with(prefix: u8, parts: &[&[u8]]) -> Vec<u8> {
@@ -82,6 +84,9 @@ pub fn finished_offset(key: &[u8]) -> u64 {
         .and_then(|b| b.try_into().ok())
         .map(u64::from_be_bytes)
         .unwrap_or(0)
+}
+pub fn checkpointed(topic: Topic, partition: u32) -> Vec<u8> {
+    with(CHECKPOINTED, &[&[topic.index()], &partition.to_be_bytes()])
 }
 pub fn task(task: &str) -> Vec<u8> {
     with(TASK, &[task.as_bytes()])

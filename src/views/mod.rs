@@ -147,6 +147,20 @@ impl Views {
         Ok(out)
     }
 
+    /// How far a partition's checkpoints reach (R16).
+    pub fn checkpoint_mark(
+        &self,
+        topic: Topic,
+        partition: u32,
+    ) -> Result<CheckpointMark, ViewError> {
+        Ok(self
+            .get_typed(&keys::checkpointed(topic, partition))?
+            .unwrap_or(CheckpointMark {
+                to: 0,
+                head: crate::audit::GENESIS,
+            }))
+    }
+
     /// A task's context-exchange state (R11–R15).
     pub fn task(&self, task: &str) -> Result<Option<crate::context::TaskState>, ViewError> {
         self.get_typed(&keys::task(task))

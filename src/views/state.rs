@@ -52,6 +52,13 @@ pub struct ChainState {
     pub max_hop: u32,
 }
 
+/// How far the checkpoints of a partition reach, and the chain head there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointMark {
+    pub to: u64,
+    pub head: [u8; 32],
+}
+
 /// What the trail view keeps of a step: where its record sits in the log
 /// (the log holds the record itself) and a prefix of its body digest, to
 /// tell a redelivered record from a conflicting one.

@@ -1,0 +1,160 @@
+//! Checkpoints: JSON records on the `checkpoints` topic
+//! (schemas/checkpoint.json). One covers offsets `[from, to)` of one
+//! partition: the chain head before it, every record's digest, and the head
+//! after it. They are written every [`CHECKPOINT_INTERVAL`] records and on
+//! demand (`agentledger checkpoint`); consecutive checkpoints chain.
+
+use super::hashchain::{fold, from_hex32, record_digest};
+use crate::error::{LedgerError, Result};
+use crate::log::{Log, Topic};
+use serde::{Deserialize, Serialize};
+
+/// Records per automatic checkpoint.
+pub const CHECKPOINT_INTERVAL: u64 = 1024;
+
+/// The topics whose partitions are chained.
+pub const CHAINED_TOPICS: [Topic; 2] = [Topic::Registry, Topic::Ledger];
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub schema: String,
+    pub topic: String,
+    pub partition: u32,
+    pub from: u64,
+    pub to: u64,
+    pub prev_head: String,
+    pub head: String,
+    /// sha256 (hex) of each record in `[from, to)`, in offset order.
+    pub digests: Vec<String>,
+    pub time_ms: u64,
+    pub writer: String,
+}
+
+impl Checkpoint {
+    pub fn topic(&self) -> Option<Topic> {
+        CHAINED_TOPICS.into_iter().find(|t| t.name() == self.topic)
+    }
+
+    /// The checkpoint is internally consistent: its digests fold from
+    /// `prev_head` to `head`. Returns the first offset that breaks it.
+    pub fn self_check(&self) -> std::result::Result<(), String> {
+        let mut head = from_hex32(&self.prev_head).ok_or("prev_head is not 32 hex bytes")?;
+        if self.to < self.from || (self.to - self.from) as usize != self.digests.len() {
+            return Err(format!(
+                "covers [{}, {}) but lists {} digests",
+                self.from,
+                self.to,
+                self.digests.len()
+            ));
+        }
+        for (i, d) in self.digests.iter().enumerate() {
+            let d = from_hex32(d).ok_or_else(|| format!("digest {i} is not 32 hex bytes"))?;
+            head = fold(&head, self.from + i as u64, &d);
+        }
+        if hex::encode(head) != self.head {
+            return Err("its digests do not fold to its head".into());
+        }
+        Ok(())
+    }
+
+    pub fn digest_at(&self, offset: u64) -> Option<&str> {
+        if offset < self.from || offset >= self.to {
+            return None;
+        }
+        self.digests
+            .get((offset - self.from) as usize)
+            .map(String::as_str)
+    }
+}
+
+/// The stretch of a partition a checkpoint covers: `[from, to)`, starting
+/// from the chain head `prev_head`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub topic: Topic,
+    pub partition: u32,
+    pub from: u64,
+    pub to: u64,
+    pub prev_head: [u8; 32],
+}
+
+/// Build the checkpoint of a span, reading its records from the log.
+pub fn build(log: &dyn Log, span: Span, time_ms: u64, writer: &str) -> Result<Checkpoint> {
+    let Span {
+        topic,
+        partition,
+        from,
+        to,
+        prev_head,
+    } = span;
+    let mut head = prev_head;
+    let mut digests = Vec::with_capacity((to - from) as usize);
+    let mut at = from;
+    while at < to {
+        let recs = log.read(topic, partition, at, (to - at).min(4096) as usize)?;
+        if recs.is_empty() {
+            return Err(LedgerError::Other(format!(
+                "{topic}/{partition}: log ends at {at}, cannot checkpoint up to {to}"
+            )));
+        }
+        for r in recs {
+            let d = record_digest(&r.payload);
+            head = fold(&head, r.offset, &d);
+            digests.push(hex::encode(d));
+            at = r.offset + 1;
+        }
+    }
+    Ok(Checkpoint {
+        schema: "agentledger.checkpoint.v1".into(),
+        topic: topic.name().into(),
+        partition,
+        from,
+        to,
+        prev_head: hex::encode(prev_head),
+        head: hex::encode(head),
+        digests,
+        time_ms,
+        writer: writer.into(),
+    })
+}
+
+/// Every checkpoint on the topic, in log order; unreadable ones are
+/// returned as errors with their offset so `verify` can name them.
+pub fn read_all(log: &dyn Log) -> Result<Vec<(u64, std::result::Result<Checkpoint, String>)>> {
+    let mut out = Vec::new();
+    for p in 0..log.partitions(Topic::Checkpoints) {
+        let mut at = 0;
+        loop {
+            let recs = log.read(Topic::Checkpoints, p, at, 1024)?;
+            let Some(last) = recs.last().map(|r| r.offset) else {
+                break;
+            };
+            for r in recs {
+                out.push((
+                    r.offset,
+                    serde_json::from_slice::<Checkpoint>(&r.payload).map_err(|e| e.to_string()),
+                ));
+            }
+            at = last + 1;
+        }
+    }
+    Ok(out)
+}
+
+/// Append checkpoints to the `checkpoints` topic.
+pub fn append(log: &dyn Log, cps: &[Checkpoint]) -> Result<()> {
+    if cps.is_empty() {
+        return Ok(());
+    }
+    let recs: Vec<(Vec<u8>, Vec<u8>)> = cps
+        .iter()
+        .map(|c| {
+            (
+                format!("{}/{}", c.topic, c.partition).into_bytes(),
+                serde_json::to_vec(c).unwrap_or_default(),
+            )
+        })
+        .collect();
+    log.append(Topic::Checkpoints, &recs)?;
+    Ok(())
+}

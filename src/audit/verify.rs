@@ -1,0 +1,323 @@
+//! `verify`: recompute every record's body digest and every partition's
+//! hash chain from the log, compare with every checkpoint, and name the
+//! first record that does not match. Also verifies an export offline.
+
+use super::checkpoint::{self, Checkpoint, CHAINED_TOPICS};
+use super::hashchain::{fold, record_digest, GENESIS};
+use crate::codec;
+use crate::error::Result;
+use crate::log::{Log, Topic};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A record (or checkpoint) that does not match what was attested.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Mismatch {
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+    pub what: String,
+    pub expected: String,
+    pub found: String,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{}@{}: {}: expected {}, found {}",
+            self.topic, self.partition, self.offset, self.what, self.expected, self.found
+        )
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct VerifyReport {
+    pub records: u64,
+    pub checkpoints: u64,
+    /// Records attested by at least one checkpoint.
+    pub covered: u64,
+    /// The first mismatch of each partition that has one, in log order.
+    pub mismatches: Vec<Mismatch>,
+}
+
+impl VerifyReport {
+    pub fn first(&self) -> Option<&Mismatch> {
+        self.mismatches.first()
+    }
+    pub fn clean(&self) -> bool {
+        self.mismatches.is_empty()
+    }
+}
+
+fn mismatch(
+    topic: &str,
+    partition: u32,
+    offset: u64,
+    what: &str,
+    expected: impl Into<String>,
+    found: impl Into<String>,
+) -> Mismatch {
+    Mismatch {
+        topic: topic.to_string(),
+        partition,
+        offset,
+        what: what.to_string(),
+        expected: expected.into(),
+        found: found.into(),
+    }
+}
+
+/// Checks of one record against the checkpoints covering it; shared by the
+/// log and the export verifier.
+fn check_record(
+    topic: &str,
+    partition: u32,
+    offset: u64,
+    payload: &[u8],
+    cps: &[&Checkpoint],
+) -> std::result::Result<[u8; 32], Mismatch> {
+    let d = record_digest(payload);
+    let found = hex::encode(d);
+    for cp in cps {
+        if let Some(expected) = cp.digest_at(offset) {
+            if expected != found {
+                return Err(mismatch(
+                    topic,
+                    partition,
+                    offset,
+                    "record digest differs from checkpoint",
+                    expected,
+                    found,
+                ));
+            }
+        }
+    }
+    if let Err(e) = codec::decode(payload) {
+        return Err(mismatch(
+            topic,
+            partition,
+            offset,
+            "record does not decode",
+            "a record whose body matches its digest",
+            e.to_string(),
+        ));
+    }
+    Ok(d)
+}
+
+/// Verify the whole log. `progress` is told how many records were read.
+pub fn verify_log(log: &dyn Log, progress: &dyn Fn(u64)) -> Result<VerifyReport> {
+    let mut report = VerifyReport::default();
+    let mut by_tp: BTreeMap<(String, u32), Vec<Checkpoint>> = BTreeMap::new();
+    for (at, cp) in checkpoint::read_all(log)? {
+        report.checkpoints += 1;
+        match cp {
+            Ok(cp) => {
+                if let Err(why) = cp.self_check() {
+                    report.mismatches.push(mismatch(
+                        Topic::Checkpoints.name(),
+                        0,
+                        at,
+                        "checkpoint is inconsistent",
+                        "digests folding to its head",
+                        why,
+                    ));
+                    continue;
+                }
+                let list = by_tp.entry((cp.topic.clone(), cp.partition)).or_default();
+                if !list.contains(&cp) {
+                    list.push(cp);
+                }
+            }
+            Err(e) => report.mismatches.push(mismatch(
+                Topic::Checkpoints.name(),
+                0,
+                at,
+                "checkpoint is not readable",
+                "checkpoint JSON",
+                e,
+            )),
+        }
+    }
+    for topic in CHAINED_TOPICS {
+        for p in 0..log.partitions(topic) {
+            let cps: Vec<Checkpoint> = by_tp
+                .remove(&(topic.name().to_string(), p))
+                .unwrap_or_default();
+            if let Some(m) = verify_partition(log, topic, p, &cps, &mut report, progress)? {
+                report.mismatches.push(m);
+            }
+        }
+    }
+    for ((topic, p), cps) in by_tp {
+        report.mismatches.push(mismatch(
+            &topic,
+            p,
+            cps[0].from,
+            "checkpoint names a partition the log does not have",
+            "an existing partition",
+            "none",
+        ));
+    }
+    Ok(report)
+}
+
+fn verify_partition(
+    log: &dyn Log,
+    topic: Topic,
+    p: u32,
+    cps: &[Checkpoint],
+    report: &mut VerifyReport,
+    progress: &dyn Fn(u64),
+) -> Result<Option<Mismatch>> {
+    let name = topic.name();
+    let mut head = GENESIS;
+    let mut at = 0u64;
+    // A checkpoint's prev_head must be the chain head where it starts.
+    let starts_at = |o: u64, head: &[u8; 32]| -> Option<Mismatch> {
+        cps.iter()
+            .find(|c| c.from == o && c.prev_head != hex::encode(head))
+            .map(|c| {
+                mismatch(
+                    name,
+                    p,
+                    o,
+                    "chain head before this record differs from checkpoint",
+                    &c.prev_head,
+                    hex::encode(head),
+                )
+            })
+    };
+    loop {
+        let recs = log.read(topic, p, at, 4096)?;
+        if recs.is_empty() {
+            break;
+        }
+        progress(recs.len() as u64);
+        for r in recs {
+            report.records += 1;
+            if let Some(m) = starts_at(r.offset, &head) {
+                return Ok(Some(m));
+            }
+            let covering: Vec<&Checkpoint> = cps
+                .iter()
+                .filter(|c| c.digest_at(r.offset).is_some())
+                .collect();
+            if !covering.is_empty() {
+                report.covered += 1;
+            }
+            let d = match check_record(name, p, r.offset, &r.payload, &covering) {
+                Ok(d) => d,
+                Err(m) => return Ok(Some(m)),
+            };
+            head = fold(&head, r.offset, &d);
+            if let Some(c) = cps
+                .iter()
+                .find(|c| c.to == r.offset + 1 && c.head != hex::encode(head))
+            {
+                return Ok(Some(mismatch(
+                    name,
+                    p,
+                    r.offset,
+                    "chain head after this record differs from checkpoint",
+                    &c.head,
+                    hex::encode(head),
+                )));
+            }
+            at = r.offset + 1;
+        }
+    }
+    if let Some(c) = cps.iter().filter(|c| c.to > at).max_by_key(|c| c.to) {
+        return Ok(Some(mismatch(
+            name,
+            p,
+            at,
+            "log is shorter than its checkpoints",
+            format!("records up to offset {}", c.to - 1),
+            format!("log ends at offset {at}"),
+        )));
+    }
+    Ok(None)
+}
+
+/// Verify an export file (JSON lines written by `export`) on its own.
+pub fn verify_export(text: &str) -> std::result::Result<VerifyReport, String> {
+    let mut report = VerifyReport::default();
+    let mut cps: Vec<Checkpoint> = Vec::new();
+    let mut records = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| format!("line {}: not JSON: {e}", i + 1))?;
+        match v["type"].as_str() {
+            Some("header") => {}
+            Some("checkpoint") => {
+                let cp: Checkpoint = serde_json::from_value(v["checkpoint"].clone())
+                    .map_err(|e| format!("line {}: bad checkpoint: {e}", i + 1))?;
+                report.checkpoints += 1;
+                if let Err(why) = cp.self_check() {
+                    report.mismatches.push(mismatch(
+                        &cp.topic,
+                        cp.partition,
+                        cp.from,
+                        "checkpoint is inconsistent",
+                        "digests folding to its head",
+                        why,
+                    ));
+                }
+                cps.push(cp);
+            }
+            Some("record") => records.push((i + 1, v)),
+            other => return Err(format!("line {}: unknown line type {other:?}", i + 1)),
+        }
+    }
+    for (line, v) in records {
+        let topic = v["topic"].as_str().unwrap_or_default().to_string();
+        let p = v["partition"].as_u64().unwrap_or(u64::MAX) as u32;
+        let o = v["offset"]
+            .as_u64()
+            .ok_or_else(|| format!("line {line}: record without offset"))?;
+        let payload = hex::decode(v["payload_hex"].as_str().unwrap_or_default())
+            .map_err(|e| format!("line {line}: payload is not hex: {e}"))?;
+        report.records += 1;
+        let covering: Vec<&Checkpoint> = cps
+            .iter()
+            .filter(|c| c.topic == topic && c.partition == p && c.digest_at(o).is_some())
+            .collect();
+        if covering.is_empty() {
+            report.mismatches.push(mismatch(
+                &topic,
+                p,
+                o,
+                "record is not covered by any checkpoint in the export",
+                "a covering checkpoint",
+                "none",
+            ));
+            continue;
+        }
+        report.covered += 1;
+        if let Err(m) = check_record(&topic, p, o, &payload, &covering) {
+            report.mismatches.push(m);
+            continue;
+        }
+        let claimed = v["digest"].as_str().unwrap_or_default();
+        let found = hex::encode(record_digest(&payload));
+        if claimed != found {
+            report.mismatches.push(mismatch(
+                &topic,
+                p,
+                o,
+                "record digest differs from the export's own",
+                claimed,
+                found,
+            ));
+        }
+    }
+    report
+        .mismatches
+        .sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
+    Ok(report)
+}
