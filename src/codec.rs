@@ -145,6 +145,59 @@ pub fn decode_envelope(bytes: &[u8]) -> Result<EnvelopeV1, CodecError> {
     Ok(env)
 }
 
+/// The envelope borrowed from the record bytes, for checks that need no
+/// owned copy (verify reads every record of the log).
+#[derive(Deserialize)]
+struct EnvelopeRefV1<'a> {
+    #[serde(borrow)]
+    _event_id: &'a str,
+    #[serde(borrow)]
+    _chain_key: &'a str,
+    _time_ms: u64,
+    #[serde(borrow)]
+    _writer: &'a str,
+    _step: u32,
+    body_digest: [u8; 32],
+    #[serde(borrow, with = "serde_bytes_ref")]
+    body: &'a [u8],
+}
+
+// bincode writes a Vec<u8> as a length and the bytes; read it back borrowed.
+mod serde_bytes_ref {
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<&'de [u8], D::Error> {
+        <&'de [u8] as serde::Deserialize>::deserialize(d)
+    }
+}
+
+/// Check a record's schema version and body digest without decoding the
+/// body: what `verify` needs of every record, at hashing speed.
+pub fn check_digest(bytes: &[u8]) -> Result<(), CodecError> {
+    if bytes.len() < 2 {
+        return Err(CodecError::TooShort(bytes.len()));
+    }
+    let version = u16::from_le_bytes([bytes[0], bytes[1]]);
+    if version != SCHEMA_VERSION {
+        return Err(CodecError::UnknownSchemaVersion { found: version });
+    }
+    let (env, used): (EnvelopeRefV1<'_>, usize) =
+        bincode::serde::borrow_decode_from_slice(&bytes[2..], config())
+            .map_err(|e| CodecError::BadEnvelope(e.to_string()))?;
+    if used != bytes.len() - 2 {
+        return Err(CodecError::BadEnvelope(format!(
+            "{} trailing bytes after the envelope",
+            bytes.len() - 2 - used
+        )));
+    }
+    let found = sha256(env.body);
+    if found != env.body_digest {
+        return Err(CodecError::DigestMismatch {
+            expected: hex::encode(env.body_digest),
+            found: hex::encode(found),
+        });
+    }
+    Ok(())
+}
+
 /// Decode and verify a full record: schema version, body digest, body.
 pub fn decode(bytes: &[u8]) -> Result<Record, CodecError> {
     let env = decode_envelope(bytes)?;
@@ -206,6 +259,20 @@ mod tests {
         assert_eq!(rec.chain_key, "r1");
         assert_eq!(rec.time_ms, 1_700_000_000_000);
         assert_eq!(rec.event, sample());
+    }
+
+    #[test]
+    fn check_digest_agrees_with_decode() {
+        let good = sample_record();
+        assert_eq!(check_digest(&good), Ok(()));
+        let mut bad = good.clone();
+        let n = bad.len();
+        bad[n - 3] ^= 0x01;
+        assert!(matches!(
+            check_digest(&bad),
+            Err(CodecError::DigestMismatch { .. })
+        ));
+        assert!(check_digest(&good[..good.len() - 1]).is_err());
     }
 
     #[test]

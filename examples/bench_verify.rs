@@ -1,0 +1,113 @@
+//! Verify throughput: writes a synthetic ledger of N events, checkpoints
+//! every partition, then in the same run measures `verify` against the raw
+//! baseline — reading the same records through the same log and computing
+//! sha256 over each record's bytes once. Prints records/s, MB/s and the
+//! ratio. Run through `tools/bench-verify [EVENTS] [REPS]`.
+
+use agentledger::audit::checkpoint::{self, Span, CHAINED_TOPICS};
+use agentledger::audit::verify::verify_log;
+use agentledger::audit::GENESIS;
+use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
+use agentledger::log::Log;
+use agentledger::synthetic::write_synthetic_log;
+use sha2::{Digest, Sha256};
+use std::time::Instant;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn baseline(log: &dyn Log) -> (u64, u64, f64) {
+    let t = Instant::now();
+    let (mut n, mut bytes) = (0u64, 0u64);
+    let mut sink = 0u8;
+    for topic in CHAINED_TOPICS {
+        for p in 0..log.partitions(topic) {
+            let mut at = 0;
+            loop {
+                let recs = log.read(topic, p, at, 4096).unwrap();
+                let Some(last) = recs.last().map(|r| r.offset) else {
+                    break;
+                };
+                for r in &recs {
+                    sink ^= Sha256::digest(&r.payload)[0];
+                    bytes += r.payload.len() as u64;
+                    n += 1;
+                }
+                at = last + 1;
+            }
+        }
+    }
+    std::hint::black_box(sink);
+    (n, bytes, t.elapsed().as_secs_f64())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let events: usize = args
+        .get(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let reps: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(3);
+    let tmp = tempfile::tempdir().unwrap();
+    let log = EmbeddedLog::open(tmp.path(), &EmbeddedConfig::default()).unwrap();
+    write_synthetic_log(&log, events).unwrap();
+    let mut cps = Vec::new();
+    for topic in CHAINED_TOPICS {
+        for p in 0..log.partitions(topic) {
+            let end = log.end_offset(topic, p).unwrap();
+            let (mut from, mut head) = (0, GENESIS);
+            while from < end {
+                let to = (from + 1024).min(end);
+                let cp = checkpoint::build(
+                    &log,
+                    Span {
+                        topic,
+                        partition: p,
+                        from,
+                        to,
+                        prev_head: head,
+                    },
+                    0,
+                    "bench",
+                )
+                .unwrap();
+                head = agentledger::audit::hashchain::from_hex32(&cp.head).unwrap();
+                from = to;
+                cps.push(cp);
+            }
+        }
+    }
+    checkpoint::append(&log, &cps).unwrap();
+    println!("{events} events, {} checkpoints", cps.len());
+    let t = Instant::now();
+    let n = checkpoint::read_all(&log).unwrap().len();
+    println!(
+        "reading and parsing {n} checkpoints: {:.3}s",
+        t.elapsed().as_secs_f64()
+    );
+    let (mut vr, mut br) = (Vec::new(), Vec::new());
+    for rep in 0..reps {
+        let t = Instant::now();
+        let report = verify_log(&log, &|_| {}).unwrap();
+        let vs = t.elapsed().as_secs_f64();
+        assert!(report.clean(), "{:?}", report.first());
+        let (n, bytes, bs) = baseline(&log);
+        assert_eq!(n, report.records);
+        let (v, b) = (n as f64 / vs, n as f64 / bs);
+        println!(
+            "rep {rep}: verify {v:>9.0} records/s ({:.0} MB/s)   raw sha256 {b:>9.0} records/s ({:.0} MB/s)   ratio {:.2}",
+            bytes as f64 / vs / 1e6,
+            bytes as f64 / bs / 1e6,
+            v / b
+        );
+        vr.push(v);
+        br.push(b);
+    }
+    let (v, b) = (median(vr), median(br));
+    println!("median: verify {v:.0} records/s, raw sha256 over the same bytes {b:.0} records/s, ratio {:.2} (goal >= 0.8)", v / b);
+}
