@@ -1,30 +1,53 @@
 //! The chain rules R1–R9 end to end: operations in, trail and views out.
+//! Written once, run on every backend: the embedded log and Kafka.
 
 mod common;
 
 use agentledger::codec;
-use agentledger::engine::{project_all, DataDir};
-use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
+use agentledger::engine::project_all;
 use agentledger::log::Topic;
 use agentledger::model::*;
 use agentledger::views::Views;
-use common::Ledger;
+use common::{Backend, Ledger};
 use serde_json::json;
 
-#[test]
-fn r1_every_replay_and_rebuild_reaches_the_same_hop() {
+/// Each rule test runs as `embedded::NAME` and `kafka::NAME`.
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $( #[test] fn $name() { super::$name(&super::Backend::Embedded) } )*
+        }
+        mod kafka {
+            $( #[test] fn $name() { super::$name(&super::Backend::kafka(stringify!($name))) } )*
+        }
+    };
+}
+
+on_every_backend!(
+    r1_every_replay_and_rebuild_reaches_the_same_hop,
+    r2_hop_eight_runs_publishes_artifacts_but_withholds_events,
+    r3_event_delivered_twice_opens_each_listener_once,
+    r4_agent_never_started_by_its_own_event_and_refusal_is_recorded,
+    r5_run_publishes_its_opening_version_listeners_read_at_dispatch,
+    r6_run_without_chain_position_publishes_nothing_further,
+    r7_no_finished_run_skipped_or_dispatched_twice,
+    r8_listener_reads_only_contract_names_and_each_read_is_a_tool_call,
+    r8_tool_budget_bounds_reads,
+    r9_labels_flow_and_scope_barrier_holds
+);
+
+fn r1_every_replay_and_rebuild_reaches_the_same_hop(b: &Backend) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(d.path());
+    let mut l = Ledger::open_on(d.path(), b);
     let runs = l.drive_loop("r0");
     let hops: Vec<Option<u32>> = runs.iter().map(|r| l.run(r).hop).collect();
     assert_eq!(hops, (0..=8).map(Some).collect::<Vec<_>>());
     drop(l);
     // A fresh projection of the same log, twice over (a replay), agrees.
-    let dd = DataDir::new(d.path());
-    let log = EmbeddedLog::open(dd.log(), &EmbeddedConfig::default()).unwrap();
+    let log = b.log(d.path());
     for attempt in 0..2 {
         let views = Views::open(d.path().join(format!("replay{attempt}"))).unwrap();
-        project_all(&log, &views, &|_| {}).unwrap();
+        project_all(log.as_ref(), &views, &|_| {}).unwrap();
         let replayed: Vec<Option<u32>> = runs
             .iter()
             .map(|r| views.run(r).unwrap().unwrap().hop)
@@ -37,10 +60,9 @@ fn r1_every_replay_and_rebuild_reaches_the_same_hop() {
     }
 }
 
-#[test]
-fn r2_hop_eight_runs_publishes_artifacts_but_withholds_events() {
+fn r2_hop_eight_runs_publishes_artifacts_but_withholds_events(b: &Backend) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(d.path());
+    let mut l = Ledger::open_on(d.path(), b);
     let runs = l.drive_loop("r0");
     assert_eq!(runs.len(), 9, "hops 0..=8, nothing beyond");
     let last = l.run(&runs[8]);
@@ -75,10 +97,9 @@ fn r2_hop_eight_runs_publishes_artifacts_but_withholds_events() {
     assert_eq!(chain.runs.len(), 9);
 }
 
-#[test]
-fn r3_event_delivered_twice_opens_each_listener_once() {
+fn r3_event_delivered_twice_opens_each_listener_once(b: &Backend) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(d.path());
+    let mut l = Ledger::open_on(d.path(), b);
     l.publish(
         "triager",
         "acme/platform",
@@ -148,10 +169,9 @@ fn r3_event_delivered_twice_opens_each_listener_once() {
     assert_eq!(l.dispatch()["opened"], json!([]));
 }
 
-#[test]
-fn r4_agent_never_started_by_its_own_event_and_refusal_is_recorded() {
+fn r4_agent_never_started_by_its_own_event_and_refusal_is_recorded(b: &Backend) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(d.path());
+    let mut l = Ledger::open_on(d.path(), b);
     l.publish(
         "echo",
         "acme/platform",
@@ -167,10 +187,9 @@ fn r4_agent_never_started_by_its_own_event_and_refusal_is_recorded() {
     assert!(trail.iter().any(|s| matches!(&s.event, LedgerEvent::ListenerRefused(r) if r.reason == RefusalReason::SelfListen)));
 }
 
-#[test]
-fn r5_run_publishes_its_opening_version_listeners_read_at_dispatch() {
+fn r5_run_publishes_its_opening_version_listeners_read_at_dispatch(b: &Backend) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(d.path());
+    let mut l = Ledger::open_on(d.path(), b);
     l.publish(
         "developer",
         "acme/platform",
@@ -202,10 +221,9 @@ fn r5_run_publishes_its_opening_version_listeners_read_at_dispatch() {
     assert_eq!(l.run("r2").published[0].event, "code.shipped");
 }
 
-#[test]
-fn r6_run_without_chain_position_publishes_nothing_further() {
+fn r6_run_without_chain_position_publishes_nothing_further(b: &Backend) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(d.path());
+    let mut l = Ledger::open_on(d.path(), b);
     l.publish(
         "developer",
         "acme/platform",
@@ -275,11 +293,10 @@ fn r6_run_without_chain_position_publishes_nothing_further() {
     assert!(!agentledger::report::step_line("x2", closing).contains("chain is unknown"));
 }
 
-#[test]
-fn r7_no_finished_run_skipped_or_dispatched_twice() {
+fn r7_no_finished_run_skipped_or_dispatched_twice(b: &Backend) {
     let d = tempfile::tempdir().unwrap();
     {
-        let mut l = Ledger::open(d.path());
+        let mut l = Ledger::open_on(d.path(), b);
         l.publish("worker", "acme/platform", &[], &[("job.done", &[])]);
         l.publish("collector", "acme/platform", &["job.done"], &[]);
         // Many runs finish between two sweeps.
@@ -309,7 +326,7 @@ fn r7_no_finished_run_skipped_or_dispatched_twice() {
         l.engine.flush().unwrap();
     }
     // The cursor is durable: after a restart only the five new runs go out.
-    let mut l = Ledger::open(d.path());
+    let mut l = Ledger::open_on(d.path(), b);
     let a = l.dispatch();
     assert_eq!(a["opened"].as_array().unwrap().len(), 5);
     assert_eq!(l.dispatch()["opened"], json!([]));
@@ -318,10 +335,9 @@ fn r7_no_finished_run_skipped_or_dispatched_twice() {
     }
 }
 
-#[test]
-fn r8_listener_reads_only_contract_names_and_each_read_is_a_tool_call() {
+fn r8_listener_reads_only_contract_names_and_each_read_is_a_tool_call(b: &Backend) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(d.path());
+    let mut l = Ledger::open_on(d.path(), b);
     l.publish(
         "triager",
         "acme/platform",
@@ -365,10 +381,9 @@ fn r8_listener_reads_only_contract_names_and_each_read_is_a_tool_call() {
     );
 }
 
-#[test]
-fn r8_tool_budget_bounds_reads() {
+fn r8_tool_budget_bounds_reads(b: &Backend) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(d.path());
+    let mut l = Ledger::open_on(d.path(), b);
     l.publish(
         "triager",
         "acme/platform",
@@ -389,10 +404,9 @@ fn r8_tool_budget_bounds_reads() {
     );
 }
 
-#[test]
-fn r9_labels_flow_and_scope_barrier_holds() {
+fn r9_labels_flow_and_scope_barrier_holds(b: &Backend) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(d.path());
+    let mut l = Ledger::open_on(d.path(), b);
     l.publish(
         "triager",
         "acme/platform",

@@ -242,6 +242,8 @@ pub fn apply_value(engine: &mut Engine, v: &Value) -> Result<Value, OpError> {
         }
         None => return Err(OpError::BadRequest("missing field `op`".into())),
     };
+    // Another instance may have written since: decide on the latest views.
+    engine.catch_up(&|_| {})?;
     match op {
         "publish_agent" => {
             let r: PublishIn = parse(op, v)?;

@@ -3,11 +3,14 @@
 mod audit;
 mod demo;
 mod inspect;
+mod serve;
 
 use agentledger::apply::{apply_stream, MAX_LINE_BYTES};
 use agentledger::engine::{DataDir, Engine, EngineOptions};
 use agentledger::log::embedded::EmbeddedLog;
-use anyhow::{bail, Context, Result};
+use agentledger::log::kafka::{KafkaConfig, KafkaLog};
+use agentledger::log::Log;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -33,6 +36,15 @@ pub struct Cli {
     /// Prefix of every topic name.
     #[arg(long, global = true, default_value = "")]
     pub topic_prefix: String,
+    /// Seconds to wait for Kafka before giving up with an error.
+    #[arg(long, global = true, default_value_t = 30)]
+    pub kafka_timeout: u64,
+    /// Partitions of the ledger topic when it is created.
+    #[arg(long, global = true, default_value_t = 4)]
+    pub ledger_partitions: u32,
+    /// Replication factor of the topics when they are created (Kafka).
+    #[arg(long, global = true, default_value_t = 1)]
+    pub replication: u16,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -91,6 +103,28 @@ pub enum Command {
     Rebuild,
     /// Log ends, projected offsets, lag, dispatcher cursors and view sizes.
     Status,
+    /// Run the projector, the dispatcher and checkpoints continuously until
+    /// ctrl-c or SIGTERM.
+    Serve {
+        /// Dispatch only a share of the ledger partitions, INDEX/COUNT
+        /// (e.g. 0/2 and 1/2 for two instances): each chain by one instance.
+        #[arg(long)]
+        share: Option<serve::Share>,
+        /// Milliseconds to wait when there is nothing to do.
+        #[arg(long, default_value_t = 200)]
+        poll_ms: u64,
+    },
+    /// Follow the agent events actually published, as JSON lines.
+    Subscribe {
+        #[arg(long)]
+        from_beginning: bool,
+        /// Stop after this many events.
+        #[arg(long)]
+        max: Option<u64>,
+        /// Stop after this many seconds without a new event.
+        #[arg(long)]
+        idle_exit: Option<u64>,
+    },
     /// Play the seed scenarios end to end on a fresh data dir.
     Demo {
         /// Where the demo keeps its data (wiped at start if a previous demo made it).
@@ -127,6 +161,7 @@ pub fn run() -> i32 {
 pub fn options(cli: &Cli) -> EngineOptions {
     let mut o = EngineOptions::default();
     o.embedded.topic_prefix = cli.topic_prefix.clone();
+    o.embedded.ledger_partitions = cli.ledger_partitions;
     o.writer = format!(
         "agentledger-{}/{}",
         env!("CARGO_PKG_VERSION"),
@@ -135,12 +170,29 @@ pub fn options(cli: &Cli) -> EngineOptions {
     o
 }
 
+pub fn kafka_config(cli: &Cli) -> Option<KafkaConfig> {
+    cli.kafka.as_ref().map(|brokers| KafkaConfig {
+        brokers: brokers.clone(),
+        topic_prefix: cli.topic_prefix.clone(),
+        ledger_partitions: cli.ledger_partitions,
+        replication_factor: cli.replication,
+        min_insync_replicas: (cli.replication >= 3).then_some(2),
+        timeout: std::time::Duration::from_secs(cli.kafka_timeout.max(1)),
+    })
+}
+
 pub fn open_engine(cli: &Cli) -> Result<Engine> {
-    if cli.kafka.is_some() {
-        bail!("the Kafka backend is not part of this build yet; run without --kafka to use the embedded log");
+    match kafka_config(cli) {
+        Some(k) => Engine::open_kafka(&cli.data, &k, options(cli)).with_context(|| {
+            format!(
+                "opening the ledger on Kafka at {} (views in {})",
+                k.brokers,
+                cli.data.display()
+            )
+        }),
+        None => Engine::open_embedded(&cli.data, options(cli))
+            .with_context(|| format!("opening the ledger in {}", cli.data.display())),
     }
-    Engine::open_embedded(&cli.data, options(cli))
-        .with_context(|| format!("opening the ledger in {}", cli.data.display()))
 }
 
 fn dispatch(cli: Cli) -> Result<i32> {
@@ -192,21 +244,39 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Status => inspect::status(&cli),
         Command::Rebuild => rebuild(&cli),
         Command::Demo { dir } => demo::run(dir),
+        Command::Serve { share, poll_ms } => serve::serve(
+            &cli,
+            *share,
+            std::time::Duration::from_millis(*poll_ms),
+            serve::shutdown_flag(),
+        ),
+        Command::Subscribe {
+            from_beginning,
+            max,
+            idle_exit,
+        } => serve::subscribe(
+            &cli,
+            *from_beginning,
+            *max,
+            idle_exit.map(std::time::Duration::from_secs),
+            serve::shutdown_flag(),
+        ),
     }
 }
 
 fn rebuild(cli: &Cli) -> Result<i32> {
-    if cli.kafka.is_some() {
-        bail!("the Kafka backend is not part of this build yet");
-    }
     let dd = DataDir::new(&cli.data);
     let _lock = dd.lock()?;
     let opts = options(cli);
-    let log = EmbeddedLog::open(dd.log(), &opts.embedded)?;
-    let total = agentledger::rebuild::projected_records(&log)?;
+    let log: Box<dyn Log> = match kafka_config(cli) {
+        Some(k) => Box::new(KafkaLog::connect(&k)?),
+        None => Box::new(EmbeddedLog::open(dd.log(), &opts.embedded)?),
+    };
+    let log = log.as_ref();
+    let total = agentledger::rebuild::projected_records(log)?;
     let bar = progress_bar(cli, total, "rebuilding");
     let started = std::time::Instant::now();
-    let report = agentledger::rebuild::rebuild_views(&dd, &log, &|n| bar.inc(n))?;
+    let report = agentledger::rebuild::rebuild_views(&dd, log, &|n| bar.inc(n))?;
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
     let same = report.previous_digest.as_ref().map(|d| d == &report.digest);

@@ -2,13 +2,11 @@
 //! every refusal of one is a step in the trail of the task's master run.
 //! The decisions are the pure functions of `crate::context`.
 
-use super::runs::chain_key;
 use super::{Engine, Pending};
 use crate::context::{
     self, ContextAccounting, ContextError, ContextEvent, Layer1, Mode, Outcome, TaskState,
 };
 use crate::error::{LedgerError, Refusal, Result};
-use crate::log::Topic;
 use crate::model::*;
 use serde_json::Value;
 
@@ -45,16 +43,14 @@ impl Engine {
     fn record_context(&mut self, master_run: &str, event: ContextEvent) -> Result<()> {
         let run = self.existing_run(master_run)?;
         let step = run.next_step;
-        self.commit(vec![Pending {
-            topic: Topic::Ledger,
-            key: chain_key(&run),
-            event_id: ids::step_event_id(&run.run, step),
+        self.commit(vec![Pending::step(
+            &run,
             step,
-            event: LedgerEvent::Context(Box::new(ContextRecord {
+            LedgerEvent::Context(Box::new(ContextRecord {
                 master_run: master_run.to_string(),
                 event,
             })),
-        }])?;
+        )])?;
         Ok(())
     }
 

@@ -85,10 +85,16 @@ pub fn published_json(run: &RunState, ev: &AgentEventOut, time_ms: u64) -> serde
 impl Engine {
     /// Run the dispatcher until no finished run is left undispatched.
     pub fn dispatch(&mut self) -> Result<DispatchAnswer> {
+        self.dispatch_partitions(&|_| true)
+    }
+
+    /// Dispatch only the ledger partitions this instance owns: with several
+    /// instances, each chain (one partition) is dispatched by exactly one.
+    pub fn dispatch_partitions(&mut self, owned: &dyn Fn(u32) -> bool) -> Result<DispatchAnswer> {
         let mut answer = DispatchAnswer::default();
         loop {
             let mut progressed = false;
-            for p in 0..self.log.partitions(Topic::Ledger) {
+            for p in (0..self.log.partitions(Topic::Ledger)).filter(|p| owned(*p)) {
                 while let Some((offset, run_id)) = self.views.next_finished(p)? {
                     self.dispatch_one(p, offset, &run_id, &mut answer)?;
                     answer.dispatched_runs += 1;
@@ -189,19 +195,17 @@ impl Engine {
                         });
                     }
                     ListenerDecision::Refuse(reason) => {
-                        pending.push(Pending {
-                            topic: Topic::Ledger,
-                            key: chain_key(&run),
-                            event_id: ids::step_event_id(&run.run, next_step),
-                            step: next_step,
-                            event: LedgerEvent::ListenerRefused(ListenerRefused {
+                        pending.push(Pending::step(
+                            &run,
+                            next_step,
+                            LedgerEvent::ListenerRefused(ListenerRefused {
                                 source_run: run.run.clone(),
                                 event_id: ev.event_id.clone(),
                                 event: ev.event.clone(),
                                 agent: agent.clone(),
                                 reason: reason.clone(),
                             }),
-                        });
+                        ));
                         next_step += 1;
                         answer.refused.push(RefusedListener {
                             agent: agent.clone(),
@@ -214,18 +218,16 @@ impl Engine {
                 }
             }
         }
-        pending.push(Pending {
-            topic: Topic::Ledger,
-            key: chain_key(&run),
-            event_id: ids::step_event_id(&run.run, next_step),
-            step: next_step,
-            event: LedgerEvent::RunDispatched(RunDispatched {
+        pending.push(Pending::step(
+            &run,
+            next_step,
+            LedgerEvent::RunDispatched(RunDispatched {
                 run: run.run.clone(),
                 closed_partition: partition,
                 closed_offset: offset,
                 opened: opened_ids,
             }),
-        });
+        ));
         if !published_json_recs.is_empty() {
             self.log.append(Topic::Published, &published_json_recs)?;
         }

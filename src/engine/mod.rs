@@ -71,6 +71,19 @@ pub(crate) struct Pending {
     pub event: LedgerEvent,
 }
 
+impl Pending {
+    /// The next step of an existing run's trail, keyed on its chain.
+    pub(crate) fn step(run: &crate::views::RunState, step: u32, event: LedgerEvent) -> Self {
+        Pending {
+            topic: Topic::Ledger,
+            key: runs::chain_key(run),
+            event_id: crate::model::ids::step_event_id(&run.run, step),
+            step,
+            event,
+        }
+    }
+}
+
 /// Paths inside a data directory.
 pub struct DataDir {
     pub root: PathBuf,
@@ -133,6 +146,24 @@ impl Engine {
         let dd = DataDir::new(data);
         let lock = dd.lock()?;
         let log = Arc::new(EmbeddedLog::open(dd.log(), &opts.embedded)?);
+        let views = Views::open(dd.views())?;
+        let store = ContentStore::open(dd.blobs())?;
+        let mut engine = Self::with_parts(log, views, store, opts);
+        engine._lock = Some(lock);
+        engine.catch_up(&|_| {})?;
+        Ok(engine)
+    }
+
+    /// Open the engine on Kafka: the log is the cluster's topics; the views
+    /// and the content store live in `data` on this machine.
+    pub fn open_kafka(
+        data: impl AsRef<Path>,
+        kafka: &crate::log::kafka::KafkaConfig,
+        opts: EngineOptions,
+    ) -> Result<Self> {
+        let dd = DataDir::new(data);
+        let lock = dd.lock()?;
+        let log = Arc::new(crate::log::kafka::KafkaLog::connect(kafka)?);
         let views = Views::open(dd.views())?;
         let store = ContentStore::open(dd.blobs())?;
         let mut engine = Self::with_parts(log, views, store, opts);

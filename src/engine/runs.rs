@@ -141,21 +141,18 @@ impl Engine {
             }
         });
         let step = run.next_step;
-        let key = chain_key(&run);
         match decided {
             Ok((art, bytes)) => {
                 let labels_after = labels::after_read(&run.labels, &art);
-                self.commit(vec![Pending {
-                    topic: Topic::Ledger,
-                    key,
-                    event_id: ids::step_event_id(run_id, step),
+                self.commit(vec![Pending::step(
+                    &run,
                     step,
-                    event: LedgerEvent::ArtifactRead(ArtifactRead {
+                    LedgerEvent::ArtifactRead(ArtifactRead {
                         run: run_id.to_string(),
                         artifact: art.clone(),
                         labels_after,
                     }),
-                }])?;
+                )])?;
                 Ok(ReadAnswer {
                     content: String::from_utf8_lossy(&bytes).into_owned(),
                     artifact: art,
@@ -163,18 +160,16 @@ impl Engine {
             }
             Err(refusal) => {
                 if run.is_open() {
-                    self.commit(vec![Pending {
-                        topic: Topic::Ledger,
-                        key,
-                        event_id: ids::step_event_id(run_id, step),
+                    self.commit(vec![Pending::step(
+                        &run,
                         step,
-                        event: LedgerEvent::ReadRefused(ReadRefused {
+                        LedgerEvent::ReadRefused(ReadRefused {
                             run: run_id.to_string(),
                             requested: name.to_string(),
                             code: refusal.code.to_string(),
                             message: refusal.message.clone(),
                         }),
-                    }])?;
+                    )])?;
                 }
                 Err(refusal.into())
             }
@@ -229,12 +224,10 @@ impl Engine {
         }
         let (published, withheld) = chain::close_outcome(&run, &opened_on, req.status, &arts);
         let step = run.next_step;
-        self.commit(vec![Pending {
-            topic: Topic::Ledger,
-            key: chain_key(&run),
-            event_id: ids::step_event_id(&run.run, step),
+        self.commit(vec![Pending::step(
+            &run,
             step,
-            event: LedgerEvent::RunClosed(RunClosed {
+            LedgerEvent::RunClosed(RunClosed {
                 run: run.run.clone(),
                 status: req.status,
                 summary: req.summary,
@@ -243,7 +236,7 @@ impl Engine {
                 published,
                 withheld: withheld.clone(),
             }),
-        }])?;
+        )])?;
         Ok(CloseAnswer {
             run: run.run,
             withheld,

@@ -7,6 +7,7 @@
 //! reports, in order.
 
 pub mod embedded;
+pub mod kafka;
 
 use std::fmt;
 use std::time::Duration;

@@ -5,12 +5,55 @@
 
 use agentledger::apply::apply_value;
 use agentledger::engine::{Engine, EngineOptions};
+use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
+use agentledger::log::kafka::{KafkaConfig, KafkaLog};
+use agentledger::log::Log;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Which log a test ledger runs on.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    Embedded,
+    /// The 1-node test cluster (`AGENTLEDGER_TEST_KAFKA`, set by `tools/test`),
+    /// with topics of this test's own.
+    Kafka(KafkaConfig),
+}
+
+impl Backend {
+    /// Kafka topics no other test uses; fails (never skips) without a broker.
+    pub fn kafka(test: &str) -> Self {
+        let brokers = match std::env::var("AGENTLEDGER_TEST_KAFKA") {
+            Ok(b) if !b.trim().is_empty() => b,
+            _ => panic!("AGENTLEDGER_TEST_KAFKA is not set: run the tests with `tools/test`, which starts the test brokers"),
+        };
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        Backend::Kafka(KafkaConfig {
+            topic_prefix: format!("e{stamp}-{}-{test}.", std::process::id()),
+            timeout: Duration::from_secs(30),
+            ..KafkaConfig::new(brokers)
+        })
+    }
+
+    /// The raw log of a ledger on this backend.
+    pub fn log(&self, dir: &Path) -> Box<dyn Log> {
+        match self {
+            Backend::Embedded => {
+                Box::new(EmbeddedLog::open(dir.join("log"), &EmbeddedConfig::default()).unwrap())
+            }
+            Backend::Kafka(k) => Box::new(KafkaLog::connect(k).unwrap()),
+        }
+    }
+}
 
 pub struct Ledger {
     pub engine: Engine,
     pub dir: PathBuf,
+    pub backend: Backend,
 }
 
 pub fn fixed_clock_options() -> EngineOptions {
@@ -23,10 +66,19 @@ pub fn fixed_clock_options() -> EngineOptions {
 
 impl Ledger {
     pub fn open(dir: &Path) -> Self {
-        let engine = Engine::open_embedded(dir, fixed_clock_options()).expect("open engine");
+        Self::open_on(dir, &Backend::Embedded)
+    }
+
+    pub fn open_on(dir: &Path, backend: &Backend) -> Self {
+        let engine = match backend {
+            Backend::Embedded => Engine::open_embedded(dir, fixed_clock_options()),
+            Backend::Kafka(k) => Engine::open_kafka(dir, k, fixed_clock_options()),
+        }
+        .expect("open engine");
         Self {
             engine,
             dir: dir.to_path_buf(),
+            backend: backend.clone(),
         }
     }
 

@@ -1,0 +1,876 @@
+//! The Kafka backend: rdkafka over the bundled librdkafka.
+//!
+//! Topics are `<prefix>ledger` (N partitions), `<prefix>registry` (1),
+//! `<prefix>published` (N) and `<prefix>checkpoints` (1). `connect` creates
+//! the missing ones explicitly with the AdminClient (infinite retention for
+//! everything but `published`, the configured replication factor and
+//! `min.insync.replicas`) and reads the partition counts of existing ones
+//! back from the metadata; it never relies on broker-side auto-creation.
+//!
+//! Writes go through one idempotent producer (`enable.idempotence`,
+//! `acks=all`) with the Java-compatible `murmur2_random` partitioner, so a
+//! key always lands in the same partition, also for Java clients. `append`
+//! returns only when the broker has acknowledged every record of the call
+//! (all in-sync replicas); a record that failed or timed out makes the whole
+//! call an error — it is never dropped silently. Records of one call keep
+//! their order per partition (the idempotent producer never reorders).
+//!
+//! Reads use one `BaseConsumer` with a manual assignment at the requested
+//! offset (no subscription, no offset commits: the projector keeps its
+//! offsets itself) and stop at the high watermark read when the call starts.
+//! Sequential reads of one partition reuse the assignment and whatever it
+//! has prefetched.
+//!
+//! Every network wait is bounded by [`KafkaConfig::timeout`]: connecting,
+//! metadata, delivery (`message.timeout.ms`), fetching and offset queries.
+//! `read`, `end_offset` and `connect` return within about the timeout;
+//! `append` within about twice the timeout at worst (a record already in
+//! flight is failed only when its request times out).
+//!
+//! librdkafka notes: offset queries (`ListOffsets`) on a partition that was
+//! just created, or whose leader just moved, fail with
+//! NOT_LEADER_FOR_PARTITION for a moment although the metadata already names
+//! a leader (KRaft propagates leadership asynchronously), so they are retried
+//! until the timeout. A manual `assign` needs a `group.id` (librdkafka has no
+//! assignment without a consumer group); nothing is committed to it.
+
+use super::{Log, LogError, LogRecord, Topic};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::metadata::Metadata;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// Largest record (key + payload) the Kafka log accepts: the same limit as
+/// the embedded log, so both backends refuse the same records.
+pub const MAX_RECORD_BYTES: usize = super::embedded::MAX_FRAME_BYTES;
+
+/// Room for record-batch framing above [`MAX_RECORD_BYTES`], used for the
+/// topics' `max.message.bytes` and the producer's `message.max.bytes`.
+const FRAMING_BYTES: usize = 1024 * 1024;
+
+/// How to reach the cluster and how to lay out the topics.
+#[derive(Debug, Clone)]
+pub struct KafkaConfig {
+    /// Bootstrap servers, `host:port[,host:port…]`.
+    pub brokers: String,
+    /// Prefix of every topic name, e.g. `acme.` → `acme.ledger`.
+    pub topic_prefix: String,
+    /// Partitions of `ledger` and `published` when they are created.
+    pub ledger_partitions: u32,
+    /// Replication factor of the topics this log creates.
+    pub replication_factor: u16,
+    /// `min.insync.replicas` of the topics this log creates (broker default
+    /// when `None`).
+    pub min_insync_replicas: Option<u16>,
+    /// Bound of every network wait: connect, metadata, delivery, fetch.
+    pub timeout: Duration,
+}
+
+impl KafkaConfig {
+    /// Defaults (4 ledger partitions, replication factor 1, 30 s timeout)
+    /// for the given bootstrap servers.
+    pub fn new(brokers: impl Into<String>) -> Self {
+        Self {
+            brokers: brokers.into(),
+            ..Self::default()
+        }
+    }
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        Self {
+            brokers: "127.0.0.1:9092".into(),
+            topic_prefix: String::new(),
+            ledger_partitions: 4,
+            replication_factor: 1,
+            min_insync_replicas: None,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `5s`, `1500ms`: durations as a person writes them in an error message.
+fn human(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis().min(i32::MAX as u128) as u64
+}
+
+// ---------------------------------------------------------------------------
+// librdkafka context: logs through tracing, routes delivery reports.
+
+/// One record of an `append` call, handed to librdkafka and back.
+struct Pending {
+    batch: Arc<Batch>,
+    index: usize,
+}
+
+/// The delivery reports of one `append` call.
+struct Batch {
+    state: Mutex<BatchState>,
+    done: Condvar,
+}
+
+struct BatchState {
+    results: Vec<Option<Result<(u32, u64), String>>>,
+    reported: usize,
+}
+
+impl Batch {
+    fn new(n: usize) -> Self {
+        Self {
+            state: Mutex::new(BatchState {
+                results: vec![None; n],
+                reported: 0,
+            }),
+            done: Condvar::new(),
+        }
+    }
+
+    fn report(&self, index: usize, result: Result<(u32, u64), String>) {
+        // A poisoned lock only means an appender panicked; the report still
+        // belongs in the state.
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let st = &mut *guard;
+        if let Some(slot) = st.results.get_mut(index) {
+            if slot.is_none() {
+                st.reported += 1;
+            }
+            *slot = Some(result);
+        }
+        drop(guard);
+        self.done.notify_all();
+    }
+
+    /// Wait until `expected` reports arrived or `deadline` passed; returns
+    /// the reports so far.
+    fn wait(&self, expected: usize, deadline: Instant) -> Vec<Option<Result<(u32, u64), String>>> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while st.reported < expected {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            st = match self.done.wait_timeout(st, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        st.results.clone()
+    }
+}
+
+struct Ctx;
+
+impl ClientContext for Ctx {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", facility = fac, "{message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", facility = fac, "{message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", facility = fac, "{message}")
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(target: "librdkafka", facility = fac, "{message}")
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        // Mostly transient (a broker went away, all brokers down); the calls
+        // that are affected fail on their own with their own errors.
+        tracing::warn!(target: "librdkafka", "{error}: {reason}");
+    }
+}
+
+impl ConsumerContext for Ctx {}
+
+impl ProducerContext for Ctx {
+    type DeliveryOpaque = Box<Pending>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, pending: Box<Pending>) {
+        let outcome = match result {
+            Ok(m) if m.partition() >= 0 && m.offset() >= 0 => {
+                Ok((m.partition() as u32, m.offset() as u64))
+            }
+            Ok(m) => Err(format!(
+                "the broker acknowledged the record without an offset (partition {}, offset {})",
+                m.partition(),
+                m.offset()
+            )),
+            Err((e, _)) => Err(e.to_string()),
+        };
+        pending.batch.report(pending.index, outcome);
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+/// Where the reading consumer stands: the next offset it will return for the
+/// partition it is assigned to, so sequential reads need no re-assignment.
+struct Reader {
+    consumer: BaseConsumer<Ctx>,
+    position: Option<(String, i32, u64)>,
+}
+
+/// The `Log` on an Apache Kafka cluster.
+pub struct KafkaLog {
+    config: KafkaConfig,
+    /// Topic names with the prefix, by topic.
+    names: BTreeMap<Topic, String>,
+    partitions: BTreeMap<Topic, u32>,
+    /// Metadata and watermark queries (never blocked behind a read).
+    admin: AdminClient<Ctx>,
+    /// Replaced when librdkafka reports a fatal (idempotence) error.
+    producer: RwLock<Arc<ThreadedProducer<Ctx>>>,
+    reader: Mutex<Reader>,
+}
+
+fn base_config(config: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &config.brokers)
+        .set("client.id", "agentledger")
+        // Never let a metadata request create a topic with broker defaults.
+        .set("allow.auto.create.topics", "false")
+        .set(
+            "socket.timeout.ms",
+            ms(config.timeout).clamp(10, 300_000).to_string(),
+        )
+        .set_log_level(RDKafkaLogLevel::Info);
+    c
+}
+
+fn producer_config(config: &KafkaConfig) -> ClientConfig {
+    let mut c = base_config(config);
+    c.set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("partitioner", "murmur2_random")
+        .set("message.timeout.ms", ms(config.timeout).max(1).to_string())
+        .set(
+            "request.timeout.ms",
+            ms(config.timeout).clamp(1, 30_000).to_string(),
+        )
+        .set(
+            "message.max.bytes",
+            (MAX_RECORD_BYTES + FRAMING_BYTES).to_string(),
+        );
+    c
+}
+
+fn consumer_config(config: &KafkaConfig) -> ClientConfig {
+    let mut c = base_config(config);
+    // A group id is needed for a manual assignment; nothing is ever
+    // committed to it (no subscription, no auto commit).
+    c.set(
+        "group.id",
+        format!("{}agentledger-reader", config.topic_prefix),
+    )
+    .set("enable.auto.commit", "false")
+    .set("enable.auto.offset.store", "false")
+    .set("enable.partition.eof", "false")
+    // Reading below the log start is an error, never a silent skip.
+    .set("auto.offset.reset", "error")
+    // The end of a read is the high watermark; no transactions are used.
+    .set("isolation.level", "read_uncommitted")
+    .set("fetch.wait.max.ms", "100")
+    .set("queued.max.messages.kbytes", "32768");
+    c
+}
+
+impl KafkaLog {
+    /// Connect to the cluster, create the missing topics and read the
+    /// partition counts back. Fails within about `config.timeout` when no
+    /// broker answers, naming the brokers.
+    pub fn connect(config: &KafkaConfig) -> Result<KafkaLog, LogError> {
+        if config.brokers.trim().is_empty() {
+            return Err(LogError::Unavailable(
+                "no Kafka brokers given (bootstrap servers are empty)".into(),
+            ));
+        }
+        if config.replication_factor == 0 || config.ledger_partitions == 0 {
+            return Err(LogError::Unavailable(format!(
+                "invalid Kafka layout: replication factor {} and ledger partitions {} must be at least 1",
+                config.replication_factor, config.ledger_partitions
+            )));
+        }
+        let t = config.timeout;
+        let unreachable = |why: String| {
+            LogError::Unavailable(format!(
+                "cannot reach Kafka at {} within {}: {why}",
+                config.brokers,
+                human(t)
+            ))
+        };
+        let admin: AdminClient<Ctx> = base_config(config)
+            .create_with_context(Ctx)
+            .map_err(|e| unreachable(format!("cannot create a client: {e}")))?;
+        let md = admin
+            .inner()
+            .fetch_metadata(None, t)
+            .map_err(|e| unreachable(e.to_string()))?;
+        if md.brokers().is_empty() {
+            return Err(unreachable("the cluster lists no brokers".into()));
+        }
+        tracing::info!(
+            brokers = %config.brokers,
+            listed = md.brokers().len(),
+            "connected to Kafka"
+        );
+
+        let names: BTreeMap<Topic, String> = Topic::ALL
+            .iter()
+            .map(|t| (*t, format!("{}{}", config.topic_prefix, t.name())))
+            .collect();
+        let partitions = ensure_topics(&admin, config, &names, &md)?;
+
+        let producer: ThreadedProducer<Ctx> = producer_config(config)
+            .create_with_context(Ctx)
+            .map_err(|e| LogError::Unavailable(format!("cannot create the Kafka producer: {e}")))?;
+        let consumer: BaseConsumer<Ctx> = consumer_config(config)
+            .create_with_context(Ctx)
+            .map_err(|e| LogError::Unavailable(format!("cannot create the Kafka consumer: {e}")))?;
+        Ok(KafkaLog {
+            config: config.clone(),
+            names,
+            partitions,
+            admin,
+            producer: RwLock::new(Arc::new(producer)),
+            reader: Mutex::new(Reader {
+                consumer,
+                position: None,
+            }),
+        })
+    }
+
+    /// The configuration this log was opened with.
+    pub fn config(&self) -> &KafkaConfig {
+        &self.config
+    }
+
+    /// The full (prefixed) topic name on the broker.
+    pub fn topic_name(&self, topic: Topic) -> &str {
+        self.names.get(&topic).map(String::as_str).unwrap_or("")
+    }
+
+    fn check_partition(&self, topic: Topic, partition: u32) -> Result<(), LogError> {
+        if partition < self.partitions(topic) {
+            Ok(())
+        } else {
+            Err(LogError::NoSuchPartition { topic, partition })
+        }
+    }
+
+    fn producer(&self) -> Arc<ThreadedProducer<Ctx>> {
+        match self.producer.read() {
+            Ok(p) => p.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// After a failed append: an idempotent producer that hit a fatal error
+    /// (e.g. an unrecoverable sequence gap) refuses everything after; start
+    /// a fresh one so later appends can succeed.
+    fn replace_producer_if_fatal(&self, failed: &Arc<ThreadedProducer<Ctx>>) {
+        let Some((code, reason)) = failed.client().fatal_error() else {
+            return;
+        };
+        let mut slot = match self.producer.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if !Arc::ptr_eq(&slot, failed) {
+            return; // another appender replaced it already
+        }
+        tracing::error!(%code, %reason, "the Kafka producer hit a fatal error; starting a new one");
+        match producer_config(&self.config).create_with_context(Ctx) {
+            Ok(p) => *slot = Arc::new(p),
+            Err(e) => tracing::error!("cannot create a new Kafka producer: {e}"),
+        }
+    }
+
+    /// Low and high watermarks of a partition (the high one is the offset
+    /// the next record gets). Retried until the timeout: a partition that
+    /// was just created, or whose leader just moved, answers
+    /// NOT_LEADER_FOR_PARTITION for a moment although the metadata already
+    /// names a leader.
+    fn watermarks(
+        &self,
+        topic: Topic,
+        partition: u32,
+        deadline: Instant,
+    ) -> Result<(u64, u64), LogError> {
+        watermarks(
+            &self.admin,
+            &self.config,
+            self.topic_name(topic),
+            partition,
+            deadline,
+        )
+    }
+}
+
+fn watermarks(
+    admin: &AdminClient<Ctx>,
+    config: &KafkaConfig,
+    name: &str,
+    partition: u32,
+    deadline: Instant,
+) -> Result<(u64, u64), LogError> {
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match admin.inner().fetch_watermarks(
+            name,
+            partition as i32,
+            left.max(Duration::from_millis(1)),
+        ) {
+            Ok((low, high)) => return Ok((low.max(0) as u64, high.max(0) as u64)),
+            Err(e) => {
+                if Instant::now() + pause >= deadline {
+                    return Err(LogError::Unavailable(format!(
+                        "cannot read the offsets of {name}/{partition} from Kafka at {} within {}: {e}",
+                        config.brokers,
+                        human(config.timeout)
+                    )));
+                }
+                tracing::debug!(topic = %name, partition, "offset query failed, retrying: {e}");
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+/// Create the missing topics, wait until every topic has leaders for all of
+/// its partitions, and return the partition counts.
+fn ensure_topics(
+    admin: &AdminClient<Ctx>,
+    config: &KafkaConfig,
+    names: &BTreeMap<Topic, String>,
+    md: &Metadata,
+) -> Result<BTreeMap<Topic, u32>, LogError> {
+    let deadline = Instant::now() + config.timeout;
+    let exists = |name: &str| {
+        md.topics()
+            .iter()
+            .any(|t| t.name() == name && t.error().is_none() && !t.partitions().is_empty())
+    };
+    let max_message = (MAX_RECORD_BYTES + FRAMING_BYTES).to_string();
+    let min_isr = config.min_insync_replicas.map(|m| m.to_string());
+    let mut wanted: Vec<(Topic, &str, i32)> = Vec::new();
+    for topic in Topic::ALL {
+        let name = names[&topic].as_str();
+        if !exists(name) {
+            let count = match topic {
+                Topic::Ledger | Topic::Published => config.ledger_partitions,
+                Topic::Registry | Topic::Checkpoints => 1,
+            };
+            wanted.push((topic, name, count.min(i32::MAX as u32) as i32));
+        }
+    }
+    if !wanted.is_empty() {
+        let new_topics: Vec<NewTopic<'_>> = wanted
+            .iter()
+            .map(|(topic, name, count)| {
+                let mut nt = NewTopic::new(
+                    name,
+                    *count,
+                    TopicReplication::Fixed(config.replication_factor as i32),
+                )
+                .set("max.message.bytes", &max_message);
+                if *topic != Topic::Published {
+                    nt = nt.set("retention.ms", "-1");
+                }
+                if let Some(m) = &min_isr {
+                    nt = nt.set("min.insync.replicas", m);
+                }
+                nt
+            })
+            .collect();
+        let opts = AdminOptions::new()
+            .request_timeout(Some(config.timeout))
+            .operation_timeout(Some(config.timeout));
+        let results =
+            futures_executor::block_on(admin.create_topics(&new_topics, &opts)).map_err(|e| {
+                LogError::Unavailable(format!(
+                    "cannot create topics on Kafka at {}: {e}",
+                    config.brokers
+                ))
+            })?;
+        for r in results {
+            match r {
+                Ok(name) => tracing::info!(topic = %name, "created Kafka topic"),
+                // Another instance created it between our look and our create.
+                Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => {
+                    tracing::debug!(topic = %name, "Kafka topic already exists")
+                }
+                Err((name, code)) => {
+                    return Err(LogError::Unavailable(format!(
+                        "cannot create topic {name} on Kafka at {} (replication factor {}, min.insync.replicas {}): {code}",
+                        config.brokers,
+                        config.replication_factor,
+                        min_isr.as_deref().unwrap_or("broker default"),
+                    )))
+                }
+            }
+        }
+    }
+    // Topic creation is asynchronous on the broker side: wait until the
+    // metadata shows every partition with a leader.
+    let mut counts = BTreeMap::new();
+    for topic in Topic::ALL {
+        let name = names[&topic].as_str();
+        let mut last_problem;
+        loop {
+            last_problem = match admin.inner().fetch_metadata(
+                Some(name),
+                deadline.saturating_duration_since(Instant::now()),
+            ) {
+                Ok(md) => match md.topics().iter().find(|t| t.name() == name) {
+                    Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
+                        if t.partitions().iter().all(|p| p.leader() >= 0) {
+                            // The leaders answer offset queries only once
+                            // they have taken the partition over.
+                            for p in 0..t.partitions().len() as u32 {
+                                watermarks(admin, config, name, p, deadline)?;
+                            }
+                            counts.insert(topic, t.partitions().len() as u32);
+                            break;
+                        }
+                        "some partitions have no leader yet".to_string()
+                    }
+                    Some(t) => format!("topic error {:?}", t.error()),
+                    None => "topic not in the metadata".to_string(),
+                },
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() >= deadline {
+                return Err(LogError::Unavailable(format!(
+                    "topic {name} on Kafka at {} is not ready within {}: {last_problem}",
+                    config.brokers,
+                    human(config.timeout)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    if counts.get(&Topic::Ledger) != Some(&config.ledger_partitions) {
+        tracing::info!(
+            topic = %names[&Topic::Ledger],
+            existing = counts.get(&Topic::Ledger).copied().unwrap_or(0),
+            configured = config.ledger_partitions,
+            "the ledger topic exists with another partition count; using the existing one"
+        );
+    }
+    Ok(counts)
+}
+
+impl Log for KafkaLog {
+    fn partitions(&self, topic: Topic) -> u32 {
+        self.partitions.get(&topic).copied().unwrap_or(0)
+    }
+
+    fn append(
+        &self,
+        topic: Topic,
+        records: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<Vec<(u32, u64)>, LogError> {
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        for (k, p) in records {
+            let size = k.len() + p.len();
+            if size > MAX_RECORD_BYTES {
+                return Err(LogError::TooLarge {
+                    size,
+                    limit: MAX_RECORD_BYTES,
+                });
+            }
+        }
+        let name = self.topic_name(topic);
+        let producer = self.producer();
+        let batch = Arc::new(Batch::new(records.len()));
+        let timeout = self.config.timeout;
+        let enqueue_deadline = Instant::now() + timeout;
+        let mut enqueued = 0usize;
+        let mut enqueue_error: Option<String> = None;
+        for (index, (key, payload)) in records.iter().enumerate() {
+            let pending = Box::new(Pending {
+                batch: batch.clone(),
+                index,
+            });
+            let mut record = BaseRecord::with_opaque_to(name, pending)
+                .key(key.as_slice())
+                .payload(payload.as_slice());
+            loop {
+                match producer.send(record) {
+                    Ok(()) => {
+                        enqueued += 1;
+                        break;
+                    }
+                    Err((e, back))
+                        if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull)
+                            && Instant::now() < enqueue_deadline =>
+                    {
+                        // The local queue drains as the broker acknowledges.
+                        record = back;
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    Err((e, _)) => {
+                        enqueue_error = Some(format!("record {index} not enqueued: {e}"));
+                        break;
+                    }
+                }
+            }
+            if enqueue_error.is_some() {
+                break;
+            }
+        }
+        // Every enqueued record gets a delivery report within
+        // message.timeout.ms of its enqueueing, except that a record already
+        // in flight is only failed when its request times out
+        // (request.timeout.ms, at most the timeout too): so at worst twice
+        // the timeout, plus a margin.
+        let wait_deadline = Instant::now() + timeout * 2 + Duration::from_secs(5);
+        let results = batch.wait(enqueued, wait_deadline);
+
+        let mut out = Vec::with_capacity(records.len());
+        let mut failed = 0usize;
+        let mut first_error = enqueue_error.clone();
+        for (i, r) in results.into_iter().enumerate() {
+            match r {
+                Some(Ok(pos)) => out.push(pos),
+                Some(Err(e)) => {
+                    failed += 1;
+                    first_error.get_or_insert_with(|| format!("record {i}: {e}"));
+                }
+                None => {
+                    failed += 1;
+                    if i < enqueued {
+                        first_error.get_or_insert_with(|| {
+                            format!("record {i}: no delivery report within {}", human(timeout))
+                        });
+                    }
+                }
+            }
+        }
+        if failed == 0 && first_error.is_none() {
+            return Ok(out);
+        }
+        self.replace_producer_if_fatal(&producer);
+        tracing::warn!(
+            topic = %name,
+            failed,
+            total = records.len(),
+            "append to Kafka not acknowledged"
+        );
+        Err(LogError::Unavailable(format!(
+            "append to {name} on Kafka at {}: {failed} of {} records not acknowledged (the call may be retried): {}",
+            self.config.brokers,
+            records.len(),
+            first_error.unwrap_or_default()
+        )))
+    }
+
+    fn read(
+        &self,
+        topic: Topic,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<LogRecord>, LogError> {
+        self.check_partition(topic, partition)?;
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        // One deadline for the whole call: the offset query and the fetch.
+        let timeout = self.config.timeout;
+        let deadline = Instant::now() + timeout;
+        let (low, high) = self.watermarks(topic, partition, deadline)?;
+        if from >= high {
+            return Ok(Vec::new());
+        }
+        let name = self.topic_name(topic);
+        if from < low {
+            return Err(LogError::Unavailable(format!(
+                "{name}/{partition}: offset {from} is below the first offset kept ({low}); the records before it were removed by retention"
+            )));
+        }
+        let end = high.min(from.saturating_add(max as u64));
+        let p = partition as i32;
+
+        let mut reader = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        let at = (name.to_string(), p, from);
+        if reader.position.as_ref() != Some(&at) {
+            reader.position = None;
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(name, p, Offset::Offset(from as i64))
+                .and_then(|_| reader.consumer.assign(&tpl))
+                .map_err(|e| {
+                    LogError::Unavailable(format!(
+                        "cannot assign {name}/{partition} at offset {from}: {e}"
+                    ))
+                })?;
+        }
+
+        let mut out: Vec<LogRecord> = Vec::with_capacity((end - from).min(10_000) as usize);
+        let mut next = from;
+        let mut overshoot = false;
+        let mut failure: Option<String> = None;
+        while next < end {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let wait = (deadline - now).min(Duration::from_millis(100));
+            match reader.consumer.poll(wait) {
+                None => {}
+                Some(Ok(m)) => {
+                    if m.topic() != name || m.partition() != p || m.offset() < next as i64 {
+                        continue; // left over from an earlier assignment
+                    }
+                    let off = m.offset() as u64;
+                    if off >= end {
+                        overshoot = true;
+                        break;
+                    }
+                    out.push(LogRecord {
+                        partition,
+                        offset: off,
+                        key: m.key().map(<[u8]>::to_vec).unwrap_or_default(),
+                        payload: m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                    });
+                    next = off + 1;
+                }
+                Some(Err(e)) => match e.rdkafka_error_code() {
+                    Some(
+                        RDKafkaErrorCode::OffsetOutOfRange
+                        | RDKafkaErrorCode::UnknownTopicOrPartition
+                        | RDKafkaErrorCode::UnknownTopic
+                        | RDKafkaErrorCode::UnknownPartition
+                        | RDKafkaErrorCode::TopicAuthorizationFailed
+                        | RDKafkaErrorCode::Fatal,
+                    ) => {
+                        failure = Some(e.to_string());
+                        break;
+                    }
+                    _ => tracing::debug!(topic = %name, partition, "transient consume error: {e}"),
+                },
+            }
+        }
+        reader.position = if failure.is_some() || overshoot {
+            None
+        } else {
+            Some((name.to_string(), p, next))
+        };
+        drop(reader);
+        if let Some(f) = failure {
+            return Err(LogError::Unavailable(format!(
+                "reading {name}/{partition} from offset {from} on Kafka at {}: {f}",
+                self.config.brokers
+            )));
+        }
+        if out.is_empty() {
+            return Err(LogError::Unavailable(format!(
+                "reading {name}/{partition} from offset {from} (end {high}) on Kafka at {}: no record within {}",
+                self.config.brokers,
+                human(timeout)
+            )));
+        }
+        if next < end {
+            tracing::warn!(
+                topic = %name,
+                partition,
+                from,
+                got = out.len(),
+                wanted = end - from,
+                "read from Kafka cut short by the timeout"
+            );
+        }
+        Ok(out)
+    }
+
+    fn end_offset(&self, topic: Topic, partition: u32) -> Result<u64, LogError> {
+        self.check_partition(topic, partition)?;
+        Ok(self
+            .watermarks(topic, partition, Instant::now() + self.config.timeout)?
+            .1)
+    }
+
+    fn wait_beyond(
+        &self,
+        topic: Topic,
+        partition: u32,
+        offset: u64,
+        timeout: Duration,
+    ) -> Result<u64, LogError> {
+        self.check_partition(topic, partition)?;
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            // Each offset query may take until the wait's deadline, but gets
+            // at least a moment even when the wait is (nearly) over.
+            let query_deadline = deadline.max(Instant::now() + Duration::from_secs(1));
+            let end = self.watermarks(topic, partition, query_deadline)?.1;
+            let now = Instant::now();
+            if end > offset || now >= deadline {
+                return Ok(end);
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "Kafka at {} (topics {}ledger/registry/published/checkpoints, {} ledger partitions, replication factor {})",
+            self.config.brokers,
+            self.config.topic_prefix,
+            self.partitions(Topic::Ledger),
+            self.config.replication_factor
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_a_person_wrote_them() {
+        assert_eq!(human(Duration::from_secs(5)), "5s");
+        assert_eq!(human(Duration::from_millis(1500)), "1500ms");
+    }
+
+    #[test]
+    fn defaults() {
+        let c = KafkaConfig::new("h:1");
+        assert_eq!(c.brokers, "h:1");
+        assert_eq!(c.ledger_partitions, 4);
+        assert_eq!(c.replication_factor, 1);
+        assert_eq!(c.min_insync_replicas, None);
+        assert_eq!(c.timeout, Duration::from_secs(30));
+    }
+}
