@@ -27,32 +27,47 @@ pub fn collect_trail(
             .unwrap_or_else(|| vec![run.to_string()]),
         _ => vec![run.to_string()],
     };
-    let mut steps = Vec::new();
+    let mut wanted: Vec<(u32, u64, String, u32)> = Vec::new();
     for r in runs {
         for (step, ptr) in views.trail_pointers(&r)? {
-            let raw = log
-                .read(Topic::Ledger, ptr.partition, ptr.offset, 1)?
-                .pop()
-                .ok_or_else(|| {
-                    LedgerError::Other(format!(
-                        "ledger/{}@{} is missing from the log",
-                        ptr.partition, ptr.offset
-                    ))
-                })?;
-            let rec = codec::decode(&raw.payload)?;
-            steps.push((
-                r.clone(),
-                TrailStep {
-                    step,
-                    partition: ptr.partition,
-                    offset: ptr.offset,
-                    time_ms: rec.time_ms,
-                    event_id: rec.event_id,
-                    writer: rec.writer,
-                    event: rec.event,
-                },
-            ));
+            wanted.push((ptr.partition, ptr.offset, r.clone(), step));
         }
+    }
+    // Read in offset order and in ranges: on Kafka every jump to another
+    // offset costs a fetch round trip, reading on does not.
+    wanted.sort();
+    let mut steps = Vec::with_capacity(wanted.len());
+    let mut fetched: Vec<crate::log::LogRecord> = Vec::new();
+    for (partition, offset, run, step) in wanted {
+        let have = fetched
+            .iter()
+            .position(|r| r.partition == partition && r.offset == offset);
+        let raw = match have {
+            Some(i) => fetched.swap_remove(i),
+            None => {
+                fetched = log.read(Topic::Ledger, partition, offset, 256)?;
+                fetched.retain(|r| r.offset >= offset);
+                if fetched.first().map(|r| r.offset) != Some(offset) {
+                    return Err(LedgerError::Other(format!(
+                        "ledger/{partition}@{offset} is missing from the log"
+                    )));
+                }
+                fetched.remove(0)
+            }
+        };
+        let rec = codec::decode(&raw.payload)?;
+        steps.push((
+            run,
+            TrailStep {
+                step,
+                partition,
+                offset,
+                time_ms: rec.time_ms,
+                event_id: rec.event_id,
+                writer: rec.writer,
+                event: rec.event,
+            },
+        ));
     }
     // A chain lives in one partition, so its offsets order it.
     steps.sort_by_key(|(_, s)| (s.partition, s.offset));

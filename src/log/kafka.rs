@@ -245,7 +245,10 @@ pub struct KafkaLog {
     admin: AdminClient<Ctx>,
     /// Replaced when librdkafka reports a fatal (idempotence) error.
     producer: RwLock<Arc<ThreadedProducer<Ctx>>>,
-    reader: Mutex<Reader>,
+    /// One consumer per partition read, each staying assigned where its
+    /// last read ended: re-assigning one shared consumer on every switch of
+    /// partition restarts its fetcher and costs a round of fetch waits.
+    readers: Mutex<BTreeMap<(Topic, u32), Arc<Mutex<Reader>>>>,
 }
 
 fn base_config(config: &KafkaConfig) -> ClientConfig {
@@ -267,6 +270,9 @@ fn producer_config(config: &KafkaConfig) -> ClientConfig {
     c.set("enable.idempotence", "true")
         .set("acks", "all")
         .set("partitioner", "murmur2_random")
+        // An append waits for its acknowledgement, so batching by waiting
+        // only adds latency; concurrent appends still share requests.
+        .set("linger.ms", "0")
         .set("message.timeout.ms", ms(config.timeout).max(1).to_string())
         .set(
             "request.timeout.ms",
@@ -277,6 +283,16 @@ fn producer_config(config: &KafkaConfig) -> ClientConfig {
             (MAX_RECORD_BYTES + FRAMING_BYTES).to_string(),
         );
     c
+}
+
+fn new_reader(config: &KafkaConfig) -> Result<Reader, LogError> {
+    let consumer: BaseConsumer<Ctx> = consumer_config(config)
+        .create_with_context(Ctx)
+        .map_err(|e| LogError::Unavailable(format!("cannot create the Kafka consumer: {e}")))?;
+    Ok(Reader {
+        consumer,
+        position: None,
+    })
 }
 
 fn consumer_config(config: &KafkaConfig) -> ClientConfig {
@@ -348,19 +364,15 @@ impl KafkaLog {
         let producer: ThreadedProducer<Ctx> = producer_config(config)
             .create_with_context(Ctx)
             .map_err(|e| LogError::Unavailable(format!("cannot create the Kafka producer: {e}")))?;
-        let consumer: BaseConsumer<Ctx> = consumer_config(config)
-            .create_with_context(Ctx)
-            .map_err(|e| LogError::Unavailable(format!("cannot create the Kafka consumer: {e}")))?;
+        // Fail at connect, not at the first read, if consumers cannot be made.
+        new_reader(config)?;
         Ok(KafkaLog {
             config: config.clone(),
             names,
             partitions,
             admin,
             producer: RwLock::new(Arc::new(producer)),
-            reader: Mutex::new(Reader {
-                consumer,
-                position: None,
-            }),
+            readers: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -721,7 +733,18 @@ impl Log for KafkaLog {
         let end = high.min(from.saturating_add(max as u64));
         let p = partition as i32;
 
-        let mut reader = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = {
+            let mut readers = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+            match readers.get(&(topic, partition)) {
+                Some(r) => r.clone(),
+                None => {
+                    let r = Arc::new(Mutex::new(new_reader(&self.config)?));
+                    readers.insert((topic, partition), r.clone());
+                    r
+                }
+            }
+        };
+        let mut reader = slot.lock().unwrap_or_else(|e| e.into_inner());
         let at = (name.to_string(), p, from);
         if reader.position.as_ref() != Some(&at) {
             reader.position = None;
