@@ -230,6 +230,8 @@ impl ProducerContext for Ctx {
 
 /// Where the reading consumer stands: the next offset it will return for the
 /// partition it is assigned to, so sequential reads need no re-assignment.
+type SharedReader = Arc<Mutex<Reader>>;
+
 struct Reader {
     consumer: BaseConsumer<Ctx>,
     position: Option<(String, i32, u64)>,
@@ -248,7 +250,7 @@ pub struct KafkaLog {
     /// One consumer per partition read, each staying assigned where its
     /// last read ended: re-assigning one shared consumer on every switch of
     /// partition restarts its fetcher and costs a round of fetch waits.
-    readers: Mutex<BTreeMap<(Topic, u32), Arc<Mutex<Reader>>>>,
+    readers: Mutex<BTreeMap<(Topic, u32), SharedReader>>,
 }
 
 fn base_config(config: &KafkaConfig) -> ClientConfig {
