@@ -15,7 +15,6 @@ use agentledger::log::kafka::{KafkaConfig, KafkaLog};
 use agentledger::log::{Log, Topic};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,50 +27,6 @@ const AFTER_RESTART: u64 = 2_000;
 const KILL_AFTER: u64 = 2_000;
 const NODE: &str = "2";
 const TEST_DEADLINE: Duration = Duration::from_secs(240);
-
-/// Runs `tools/kafka/kafka.sh` on the 3-node cluster; when dropped (also
-/// when the test fails) it restarts any node that is down.
-struct Cluster {
-    script: PathBuf,
-    base: String,
-}
-
-impl Cluster {
-    fn run(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new("bash")
-            .arg(&self.script)
-            .args(args)
-            .env("KAFKA_BASE", &self.base)
-            .output()
-            .map_err(|e| format!("cannot run kafka.sh {args:?}: {e}"))?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(format!(
-                "kafka.sh {args:?} failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let status = Command::new("bash")
-            .arg(&self.script)
-            .arg("status")
-            .env("KAFKA_BASE", &self.base)
-            .output();
-        // Exit 3: some nodes are down.
-        if matches!(status, Ok(ref o) if o.status.code() == Some(3)) {
-            eprintln!("restarting the stopped broker(s) of the 3-node cluster");
-            if let Err(e) = self.run(&["restart", "all"]) {
-                eprintln!("could not restart the cluster: {e}");
-            }
-        }
-    }
-}
 
 #[derive(Debug, Default)]
 struct Timeline {

@@ -6,6 +6,8 @@
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use agentledger::log::kafka::{KafkaConfig, KafkaLog};
 use agentledger::log::{Log, LogRecord, Topic};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -126,4 +128,58 @@ pub fn murmur2(data: &[u8]) -> i32 {
 /// The partition the Java client's default partitioner picks for a key.
 pub fn java_partition(key: &[u8], partitions: u32) -> u32 {
     ((murmur2(key) & 0x7fff_ffff) as u32) % partitions
+}
+
+/// Runs `tools/kafka/kafka.sh` on the 3-node cluster; when dropped (also
+/// when the test fails) it restarts any node that is down.
+pub struct Cluster {
+    pub script: PathBuf,
+    pub base: String,
+}
+
+impl Cluster {
+    pub fn run(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new("bash")
+            .arg(&self.script)
+            .args(args)
+            .env("KAFKA_BASE", &self.base)
+            .output()
+            .map_err(|e| format!("cannot run kafka.sh {args:?}: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "kafka.sh {args:?} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let status = Command::new("bash")
+            .arg(&self.script)
+            .arg("status")
+            .env("KAFKA_BASE", &self.base)
+            .output();
+        // Exit 3: some nodes are down.
+        if matches!(status, Ok(ref o) if o.status.code() == Some(3)) {
+            eprintln!("restarting the stopped broker(s) of the 3-node cluster");
+            if let Err(e) = self.run(&["restart", "all"]) {
+                eprintln!("could not restart the cluster: {e}");
+            }
+        }
+    }
+}
+
+impl Cluster {
+    /// The 3-node test cluster named by the environment (fails without it).
+    pub fn from_env() -> Self {
+        Cluster {
+            script: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools/kafka/kafka.sh"),
+            base: required_env(KAFKA3_BASE_ENV),
+        }
+    }
 }
