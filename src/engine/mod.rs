@@ -264,7 +264,29 @@ impl Engine {
                 positions[i] = Position { partition, offset };
             }
         }
-        self.catch_up(&|_| {})?;
+        // Project what this call appended (registry first): only the
+        // partitions it touched, up to its last record.
+        let mut touched: Vec<(Topic, u32, u64)> = Vec::new();
+        for (p, pos) in pending.iter().zip(&positions) {
+            match touched
+                .iter_mut()
+                .find(|(t, part, _)| *t == p.topic && *part == pos.partition)
+            {
+                Some(entry) => entry.2 = entry.2.max(pos.offset + 1),
+                None => touched.push((p.topic, pos.partition, pos.offset + 1)),
+            }
+        }
+        touched.sort_by_key(|(t, part, _)| (*t != Topic::Registry, *part));
+        for (topic, part, until) in touched {
+            project_partition(
+                self.log.as_ref(),
+                &self.views,
+                topic,
+                part,
+                Some(until),
+                &|_| {},
+            )?;
+        }
         self.checkpoint(false)?;
         Ok(positions)
     }
@@ -334,39 +356,86 @@ impl Drop for Engine {
 /// Fold the log into the views from their stored offsets to the log's end.
 pub fn project_all(log: &dyn Log, views: &Views, progress: &dyn Fn(u64)) -> Result<u64> {
     let mut applied = 0u64;
-    for topic in [Topic::Registry, Topic::Ledger] {
-        for p in 0..log.partitions(topic) {
-            loop {
-                let from = views.offset(topic, p)?;
-                let recs = log.read(topic, p, from, PROJECT_BATCH)?;
-                let Some(last) = recs.last().map(|r| r.offset) else {
-                    break;
-                };
-                let mut txn = views.txn();
-                for r in &recs {
-                    let rec = codec::decode(&r.payload).map_err(|e| {
-                        LedgerError::Other(format!(
-                            "record {topic}/{p}@{} cannot be projected: {e} (run `agentledger verify`)",
-                            r.offset
-                        ))
-                    })?;
-                    projector::apply(
-                        &mut txn,
-                        Position {
-                            partition: p,
-                            offset: r.offset,
-                        },
-                        rec,
-                    )?;
-                }
-                txn.set_offset(topic, p, last + 1);
-                txn.commit()?;
-                applied += recs.len() as u64;
-                progress(recs.len() as u64);
+    // Ask for every projected topic's ends at once (on Kafka each is a
+    // round trip), then read only partitions that have something new.
+    let topics = [Topic::Registry, Topic::Ledger, Topic::Checkpoints];
+    let ends: Vec<Result<Vec<u64>, crate::log::LogError>> = std::thread::scope(|s| {
+        let hs: Vec<_> = topics
+            .iter()
+            .map(|t| s.spawn(move || log.end_offsets(*t)))
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(crate::log::LogError::Unavailable(
+                        "offset query panicked".into(),
+                    ))
+                })
+            })
+            .collect()
+    });
+    let mut checkpoints_behind = false;
+    for (topic, ends) in topics.into_iter().zip(ends) {
+        for (p, end) in ends?.into_iter().enumerate() {
+            let p = p as u32;
+            if views.offset(topic, p)? >= end {
+                continue;
+            }
+            match topic {
+                Topic::Checkpoints => checkpoints_behind = true,
+                _ => applied += project_partition(log, views, topic, p, None, progress)?,
             }
         }
     }
-    project_checkpoints(log, views)?;
+    if checkpoints_behind {
+        project_checkpoints(log, views)?;
+    }
+    Ok(applied)
+}
+
+/// Fold one partition into the views, to its end or (when the caller knows
+/// what it just appended) until `until` is projected, which spares asking
+/// the log where its end is once more.
+pub fn project_partition(
+    log: &dyn Log,
+    views: &Views,
+    topic: Topic,
+    p: u32,
+    until: Option<u64>,
+    progress: &dyn Fn(u64),
+) -> Result<u64> {
+    let mut applied = 0u64;
+    loop {
+        let from = views.offset(topic, p)?;
+        if until.is_some_and(|u| from >= u) {
+            break;
+        }
+        let recs = log.read(topic, p, from, PROJECT_BATCH)?;
+        let Some(last) = recs.last().map(|r| r.offset) else {
+            break;
+        };
+        let mut txn = views.txn();
+        for r in &recs {
+            let rec = codec::decode(&r.payload).map_err(|e| {
+                LedgerError::Other(format!(
+                    "record {topic}/{p}@{} cannot be projected: {e} (run `agentledger verify`)",
+                    r.offset
+                ))
+            })?;
+            projector::apply(
+                &mut txn,
+                Position {
+                    partition: p,
+                    offset: r.offset,
+                },
+                rec,
+            )?;
+        }
+        txn.set_offset(topic, p, last + 1);
+        txn.commit()?;
+        applied += recs.len() as u64;
+        progress(recs.len() as u64);
+    }
     Ok(applied)
 }
 

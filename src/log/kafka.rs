@@ -844,6 +844,27 @@ impl Log for KafkaLog {
             .1)
     }
 
+    fn end_offsets(&self, topic: Topic) -> Result<Vec<u64>, LogError> {
+        // One offset query per partition, all in flight at once: the
+        // projector asks before every operation, so latency adds up.
+        let n = self.partitions(topic);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|p| s.spawn(move || self.end_offset(topic, p)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(LogError::Unavailable(
+                            "an offset query thread panicked".into(),
+                        ))
+                    })
+                })
+                .collect()
+        })
+    }
+
     fn wait_beyond(
         &self,
         topic: Topic,

@@ -119,6 +119,14 @@ pub trait Log: Send + Sync {
     /// The offset the next record of this partition will get.
     fn end_offset(&self, topic: Topic, partition: u32) -> Result<u64, LogError>;
 
+    /// The end offsets of every partition of a topic. Backends where each
+    /// query is a round trip override it to ask for all at once.
+    fn end_offsets(&self, topic: Topic) -> Result<Vec<u64>, LogError> {
+        (0..self.partitions(topic))
+            .map(|p| self.end_offset(topic, p))
+            .collect()
+    }
+
     /// Block until the partition's end passes `offset` or `timeout` runs out;
     /// returns the end offset. Used to follow the tail.
     fn wait_beyond(

@@ -1,0 +1,197 @@
+//! Kafka ingest and projection, measured in one run against one broker:
+//! - ingest through the engine (`open_run` operations via `apply`, each
+//!   acknowledged by the broker before it is answered) versus a raw rdkafka
+//!   producer sending the same record bytes with the same guarantees
+//!   (idempotent, acks=all, each send awaited before the next);
+//! - the raw producer pipelined (all sends in flight, then flush), for scale;
+//! - projector throughput: rebuilding views from the Kafka topics.
+//!
+//! Run through `tools/bench-kafka [OPS] [REBUILD_EVENTS]`.
+
+use agentledger::apply::apply_value;
+use agentledger::engine::{project_all, Engine, EngineOptions};
+use agentledger::log::kafka::{KafkaConfig, KafkaLog};
+use agentledger::log::Topic;
+use agentledger::synthetic::write_synthetic_log;
+use agentledger::views::Views;
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::util::Timeout;
+use serde_json::json;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+struct Ctx(std::sync::Mutex<Option<mpsc::Sender<bool>>>);
+impl rdkafka::ClientContext for Ctx {}
+impl rdkafka::producer::ProducerContext for Ctx {
+    type DeliveryOpaque = ();
+    fn delivery(&self, r: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        if let Some(tx) = self.0.lock().unwrap().as_ref() {
+            let _ = tx.send(r.is_ok());
+        }
+    }
+}
+
+fn raw_producer(brokers: &str, tx: mpsc::Sender<bool>) -> ThreadedProducer<Ctx> {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "0")
+        .set("partitioner", "murmur2_random")
+        .create_with_context(Ctx(std::sync::Mutex::new(Some(tx))))
+        .unwrap()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let brokers = args
+        .get(1)
+        .expect("usage: bench_kafka BROKERS [OPS] [REBUILD_EVENTS]")
+        .clone();
+    let ops: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(3000);
+    let rebuild_events: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(200_000);
+    let stamp = std::process::id();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = KafkaConfig {
+        topic_prefix: format!("bench{stamp}."),
+        ..KafkaConfig::new(brokers.clone())
+    };
+
+    // 1. Through the engine.
+    let mut engine =
+        Engine::open_kafka(dir.path().join("engine"), &cfg, EngineOptions::default()).unwrap();
+    apply_value(
+        &mut engine,
+        &json!({"op":"publish_agent","agent":"a","scope":"acme/x","listens":[],"emits":[]}),
+    )
+    .unwrap();
+    let t = Instant::now();
+    for i in 0..ops {
+        apply_value(
+            &mut engine,
+            &json!({"op":"open_run","run":format!("r{i}"),"agent":"a"}),
+        )
+        .unwrap();
+    }
+    let engine_secs = t.elapsed().as_secs_f64();
+    // The exact bytes the engine wrote, for the raw producer to send.
+    let log = engine.log().clone();
+    let mut records = Vec::new();
+    for p in 0..log.partitions(Topic::Ledger) {
+        let mut at = 0;
+        loop {
+            let recs = log.read(Topic::Ledger, p, at, 4096).unwrap();
+            let Some(last) = recs.last().map(|r| r.offset) else {
+                break;
+            };
+            records.extend(recs.into_iter().map(|r| (r.key, r.payload)));
+            at = last + 1;
+        }
+    }
+    drop(engine);
+    let bytes: usize = records.iter().map(|(_, p)| p.len()).sum();
+    let topic = format!("bench{stamp}.raw");
+    // Create the raw topic with the engine's settings.
+    let _ = KafkaLog::connect(&KafkaConfig {
+        topic_prefix: format!("bench{stamp}.rawlog."),
+        ..cfg.clone()
+    })
+    .unwrap();
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .create()
+            .unwrap();
+    let nt = rdkafka::admin::NewTopic::new(&topic, 4, rdkafka::admin::TopicReplication::Fixed(1));
+    futures_executor::block_on(admin.create_topics([&nt], &rdkafka::admin::AdminOptions::new()))
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+
+    // 2. Raw producer, same bytes, each send awaited.
+    let (tx, rx) = mpsc::channel();
+    let producer = raw_producer(&brokers, tx);
+    // Warm up the connection outside the timing, as the engine's was.
+    producer
+        .send(
+            BaseRecord::<Vec<u8>, Vec<u8>>::to(&topic)
+                .key(&b"warm".to_vec())
+                .payload(&b"up".to_vec()),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+    let t = Instant::now();
+    for (k, p) in &records {
+        producer
+            .send(BaseRecord::to(&topic).key(k).payload(p))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+    }
+    let raw_secs = t.elapsed().as_secs_f64();
+
+    // 3. Raw producer pipelined.
+    let t = Instant::now();
+    for (k, p) in &records {
+        let mut rec = BaseRecord::to(&topic).key(k).payload(p);
+        loop {
+            match producer.send(rec) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    rec = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+    producer
+        .flush(Timeout::After(Duration::from_secs(60)))
+        .unwrap();
+    for _ in 0..records.len() {
+        assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+    }
+    let piped_secs = t.elapsed().as_secs_f64();
+
+    let n = records.len() as f64;
+    println!(
+        "ingest of {} records ({} bytes) on {brokers}:",
+        records.len(),
+        bytes
+    );
+    println!(
+        "  engine (apply open_run, acked each)   {:>8.0} records/s",
+        n / engine_secs
+    );
+    println!(
+        "  raw rdkafka, same bytes, acked each   {:>8.0} records/s",
+        n / raw_secs
+    );
+    println!(
+        "  raw rdkafka, pipelined                {:>8.0} records/s",
+        n / piped_secs
+    );
+    println!(
+        "  ratio engine / raw (same guarantee)   {:>8.2}  (goal >= 0.8)",
+        raw_secs / engine_secs
+    );
+
+    // 4. Projector throughput from Kafka.
+    let plog = KafkaLog::connect(&KafkaConfig {
+        topic_prefix: format!("bench{stamp}.proj."),
+        ..cfg.clone()
+    })
+    .unwrap();
+    write_synthetic_log(&plog, rebuild_events).unwrap();
+    let views = Views::open(dir.path().join("views")).unwrap();
+    let t = Instant::now();
+    let applied = project_all(&plog, &views, &|_| {}).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "projector from Kafka: {applied} events in {secs:.1}s = {:.0} events/s",
+        applied as f64 / secs
+    );
+}
