@@ -108,7 +108,9 @@ fn check_record(
 }
 
 /// Verify the whole log. `progress` is told how many records were read.
-pub fn verify_log(log: &dyn Log, progress: &dyn Fn(u64)) -> Result<VerifyReport> {
+/// Partitions are independent chains, so they are verified in parallel, one
+/// thread per core.
+pub fn verify_log(log: &dyn Log, progress: &(dyn Fn(u64) + Sync)) -> Result<VerifyReport> {
     let mut report = VerifyReport::default();
     let mut by_tp: BTreeMap<(String, u32), Vec<Checkpoint>> = BTreeMap::new();
     for (at, cp) in checkpoint::read_all(log)? {
@@ -132,14 +134,54 @@ pub fn verify_log(log: &dyn Log, progress: &dyn Fn(u64)) -> Result<VerifyReport>
             )),
         }
     }
+    let mut jobs = Vec::new();
     for topic in CHAINED_TOPICS {
         for p in 0..log.partitions(topic) {
             let cps: Vec<Checkpoint> = by_tp
                 .remove(&(topic.name().to_string(), p))
                 .unwrap_or_default();
-            if let Some(m) = verify_partition(log, topic, p, &cps, &mut report, progress)? {
-                report.mismatches.push(m);
-            }
+            jobs.push((topic, p, cps));
+        }
+    }
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(jobs.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<Result<Vec<(usize, PartitionOutcome)>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let Some((topic, p, cps)) = jobs.get(i) else {
+                            return Ok(done);
+                        };
+                        done.push((i, verify_partition(log, *topic, *p, cps, progress)?));
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(crate::error::LedgerError::Other("a verify thread panicked".into())))
+            })
+            .collect()
+    });
+    let mut outcomes: Vec<(usize, PartitionOutcome)> = Vec::new();
+    for r in results {
+        outcomes.extend(r?);
+    }
+    // Report in log order, whatever order the threads finished in.
+    outcomes.sort_by_key(|(i, _)| *i);
+    for (_, o) in outcomes {
+        report.records += o.records;
+        report.covered += o.covered;
+        if let Some(m) = o.mismatch {
+            report.mismatches.push(m);
         }
     }
     for ((topic, p), cps) in by_tp {
@@ -155,13 +197,37 @@ pub fn verify_log(log: &dyn Log, progress: &dyn Fn(u64)) -> Result<VerifyReport>
     Ok(report)
 }
 
+/// What verifying one partition found.
+struct PartitionOutcome {
+    records: u64,
+    covered: u64,
+    mismatch: Option<Mismatch>,
+}
+
 fn verify_partition(
     log: &dyn Log,
     topic: Topic,
     p: u32,
     cps: &[Checkpoint],
-    report: &mut VerifyReport,
-    progress: &dyn Fn(u64),
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<PartitionOutcome> {
+    let mut out = PartitionOutcome {
+        records: 0,
+        covered: 0,
+        mismatch: None,
+    };
+    let found = verify_partition_inner(log, topic, p, cps, &mut out, progress)?;
+    out.mismatch = found;
+    Ok(out)
+}
+
+fn verify_partition_inner(
+    log: &dyn Log,
+    topic: Topic,
+    p: u32,
+    cps: &[Checkpoint],
+    report: &mut PartitionOutcome,
+    progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Option<Mismatch>> {
     let name = topic.name();
     // Checkpoints in the order they start; `active` are those covering the
