@@ -98,7 +98,12 @@ pub fn build(log: &dyn Log, span: Span, time_ms: u64, writer: &str) -> Result<Ch
             )));
         }
         for r in recs {
-            let d = record_digest(&r.payload);
+            let d = record_digest(&r.payload).map_err(|e| {
+                LedgerError::Other(format!(
+                    "{topic}/{partition}@{}: {e}; run `agentledger verify`",
+                    r.offset
+                ))
+            })?;
             head = fold(&head, r.offset, &d);
             digests.push(hex::encode(d));
             at = r.offset + 1;

@@ -32,7 +32,7 @@ pub fn write_export(
                     s.partition, s.offset
                 ))
             })?;
-        let digest = hex::encode(super::hashchain::record_digest(&raw.payload));
+        let digest = hex::encode(super::hashchain::record_digest(&raw.payload)?);
         let rec = codec::decode(&raw.payload)?;
         writeln!(
             out,
