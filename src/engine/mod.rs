@@ -404,6 +404,9 @@ pub fn project_partition(
     until: Option<u64>,
     progress: &dyn Fn(u64),
 ) -> Result<u64> {
+    if until.is_none() {
+        return project_partition_pipelined(log, views, topic, p, progress);
+    }
     let mut applied = 0u64;
     loop {
         let from = views.offset(topic, p)?;
@@ -411,32 +414,101 @@ pub fn project_partition(
             break;
         }
         let recs = log.read(topic, p, from, PROJECT_BATCH)?;
-        let Some(last) = recs.last().map(|r| r.offset) else {
+        if recs.is_empty() {
             break;
-        };
-        let mut txn = views.txn();
-        for r in &recs {
-            let rec = codec::decode(&r.payload).map_err(|e| {
-                LedgerError::Other(format!(
-                    "record {topic}/{p}@{} cannot be projected: {e} (run `agentledger verify`)",
-                    r.offset
-                ))
-            })?;
-            projector::apply(
-                &mut txn,
-                Position {
-                    partition: p,
-                    offset: r.offset,
-                },
-                rec,
-            )?;
         }
-        txn.set_offset(topic, p, last + 1);
-        txn.commit()?;
-        applied += recs.len() as u64;
-        progress(recs.len() as u64);
+        let batch = decode_batch(topic, p, recs)?;
+        applied += apply_batch(views, topic, p, batch)?;
     }
+    progress(applied);
     Ok(applied)
+}
+
+type DecodedBatch = Vec<(u64, crate::codec::Record)>;
+
+fn decode_batch(topic: Topic, p: u32, recs: Vec<crate::log::LogRecord>) -> Result<DecodedBatch> {
+    recs.into_iter()
+        .map(|r| {
+            codec::decode_for_projection(&r.payload)
+                .map(|rec| (r.offset, rec))
+                .map_err(|e| {
+                    LedgerError::Other(format!(
+                        "record {topic}/{p}@{} cannot be projected: {e} (run `agentledger verify`)",
+                        r.offset
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// Apply one decoded batch and the offset it reaches in one atomic write.
+fn apply_batch(views: &Views, topic: Topic, p: u32, batch: DecodedBatch) -> Result<u64> {
+    let Some(last) = batch.last().map(|(o, _)| *o) else {
+        return Ok(0);
+    };
+    let n = batch.len() as u64;
+    let mut txn = views.txn();
+    for (offset, rec) in batch {
+        projector::apply(
+            &mut txn,
+            Position {
+                partition: p,
+                offset,
+            },
+            rec,
+        )?;
+    }
+    txn.set_offset(topic, p, last + 1);
+    txn.commit()?;
+    Ok(n)
+}
+
+/// A long catch-up (a rebuild): one thread reads and decodes the next batch
+/// while this one applies the current one to sled.
+fn project_partition_pipelined(
+    log: &dyn Log,
+    views: &Views,
+    topic: Topic,
+    p: u32,
+    progress: &dyn Fn(u64),
+) -> Result<u64> {
+    let start = views.offset(topic, p)?;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<DecodedBatch>>(2);
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut from = start;
+            loop {
+                let batch = log
+                    .read(topic, p, from, PROJECT_BATCH)
+                    .map_err(LedgerError::from)
+                    .and_then(|recs| decode_batch(topic, p, recs));
+                let stop = match &batch {
+                    Ok(b) => match b.last() {
+                        Some((o, _)) => {
+                            from = o + 1;
+                            false
+                        }
+                        None => true,
+                    },
+                    Err(_) => true,
+                };
+                if tx.send(batch).is_err() || stop {
+                    return;
+                }
+            }
+        });
+        let mut applied = 0u64;
+        for batch in rx {
+            let batch = batch?;
+            if batch.is_empty() {
+                break;
+            }
+            let n = apply_batch(views, topic, p, batch)?;
+            applied += n;
+            progress(n);
+        }
+        Ok(applied)
+    })
 }
 
 /// Follow the checkpoints topic: each partition's mark is the furthest
