@@ -220,24 +220,8 @@ pub fn decode_for_projection(bytes: &[u8]) -> Result<Record, CodecError> {
 
 /// Decode and verify a full record: schema version, body digest, body.
 pub fn decode(bytes: &[u8]) -> Result<Record, CodecError> {
-    let env = decode_envelope(bytes)?;
-    let found = sha256(&env.body);
-    if found != env.body_digest {
-        return Err(CodecError::DigestMismatch {
-            expected: hex::encode(env.body_digest),
-            found: hex::encode(found),
-        });
-    }
-    let event = decode_body(&env.body)?;
-    Ok(Record {
-        event_id: env.event_id,
-        chain_key: env.chain_key,
-        time_ms: env.time_ms,
-        writer: env.writer,
-        step: env.step,
-        body_digest: env.body_digest,
-        event,
-    })
+    check_digest(bytes)?;
+    decode_for_projection(bytes)
 }
 
 #[cfg(test)]

@@ -146,6 +146,11 @@ impl Engine {
         let dd = DataDir::new(data);
         let lock = dd.lock()?;
         let log = Arc::new(EmbeddedLog::open(dd.log(), &opts.embedded)?);
+        Self::open_on(dd, lock, log, opts)
+    }
+
+    /// The data dir's views and content store around a log, caught up.
+    fn open_on(dd: DataDir, lock: File, log: Arc<dyn Log>, opts: EngineOptions) -> Result<Self> {
         let views = Views::open(dd.views())?;
         let store = ContentStore::open(dd.blobs())?;
         let mut engine = Self::with_parts(log, views, store, opts);
@@ -164,12 +169,7 @@ impl Engine {
         let dd = DataDir::new(data);
         let lock = dd.lock()?;
         let log = Arc::new(crate::log::kafka::KafkaLog::connect(kafka)?);
-        let views = Views::open(dd.views())?;
-        let store = ContentStore::open(dd.blobs())?;
-        let mut engine = Self::with_parts(log, views, store, opts);
-        engine._lock = Some(lock);
-        engine.catch_up(&|_| {})?;
-        Ok(engine)
+        Self::open_on(dd, lock, log, opts)
     }
 
     /// Assemble an engine from parts (any log backend).
