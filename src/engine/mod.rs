@@ -230,6 +230,7 @@ impl Engine {
         // Per topic: indexes into `pending`, and the (key, bytes) to append.
         type TopicBatch = (Topic, Vec<usize>, Vec<(Vec<u8>, Vec<u8>)>);
         let mut by_topic: Vec<TopicBatch> = Vec::new();
+        let mut encoded: Vec<Vec<u8>> = Vec::with_capacity(pending.len());
         for (i, p) in pending.iter().enumerate() {
             let bytes = codec::encode(
                 &p.event,
@@ -239,6 +240,7 @@ impl Engine {
                 &self.opts.writer,
                 p.step,
             )?;
+            encoded.push(bytes.clone());
             match by_topic.iter_mut().find(|(t, _, _)| *t == p.topic) {
                 Some((_, idx, recs)) => {
                     idx.push(i);
@@ -264,28 +266,33 @@ impl Engine {
                 positions[i] = Position { partition, offset };
             }
         }
-        // Project what this call appended (registry first): only the
-        // partitions it touched, up to its last record.
-        let mut touched: Vec<(Topic, u32, u64)> = Vec::new();
-        for (p, pos) in pending.iter().zip(&positions) {
-            match touched
-                .iter_mut()
-                .find(|(t, part, _)| *t == p.topic && *part == pos.partition)
-            {
-                Some(entry) => entry.2 = entry.2.max(pos.offset + 1),
-                None => touched.push((p.topic, pos.partition, pos.offset + 1)),
+        // Project what this call appended (registry first), partition by
+        // partition. When nothing else arrived before our records — the
+        // usual case — apply them from the bytes we hold instead of reading
+        // them back from the log (on Kafka a read is a round trip).
+        let mut groups: Vec<((Topic, u32), Vec<(u64, usize)>)> = Vec::new();
+        for (i, (p, pos)) in pending.iter().zip(&positions).enumerate() {
+            let key = (p.topic, pos.partition);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, v)) => v.push((pos.offset, i)),
+                None => groups.push((key, vec![(pos.offset, i)])),
             }
         }
-        touched.sort_by_key(|(t, part, _)| (*t != Topic::Registry, *part));
-        for (topic, part, until) in touched {
-            project_partition(
-                self.log.as_ref(),
-                &self.views,
-                topic,
-                part,
-                Some(until),
-                &|_| {},
-            )?;
+        groups.sort_by_key(|((t, part), _)| (*t != Topic::Registry, *part));
+        for ((topic, part), mut recs) in groups {
+            recs.sort();
+            let first = recs[0].0;
+            let contiguous = recs.windows(2).all(|w| w[1].0 == w[0].0 + 1);
+            if contiguous && self.views.offset(topic, part)? == first {
+                let batch = recs
+                    .iter()
+                    .map(|(offset, i)| Ok((*offset, codec::decode_for_projection(&encoded[*i])?)))
+                    .collect::<Result<DecodedBatch>>()?;
+                apply_batch(&self.views, topic, part, batch)?;
+            } else {
+                let until = recs.last().map(|(o, _)| o + 1);
+                project_partition(self.log.as_ref(), &self.views, topic, part, until, &|_| {})?;
+            }
         }
         self.checkpoint(false)?;
         Ok(positions)
@@ -359,24 +366,10 @@ pub fn project_all(log: &dyn Log, views: &Views, progress: &dyn Fn(u64)) -> Resu
     // Ask for every projected topic's ends at once (on Kafka each is a
     // round trip), then read only partitions that have something new.
     let topics = [Topic::Registry, Topic::Ledger, Topic::Checkpoints];
-    let ends: Vec<Result<Vec<u64>, crate::log::LogError>> = std::thread::scope(|s| {
-        let hs: Vec<_> = topics
-            .iter()
-            .map(|t| s.spawn(move || log.end_offsets(*t)))
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(crate::log::LogError::Unavailable(
-                        "offset query panicked".into(),
-                    ))
-                })
-            })
-            .collect()
-    });
+    let ends = log.end_offsets_of(&topics)?;
     let mut checkpoints_behind = false;
     for (topic, ends) in topics.into_iter().zip(ends) {
-        for (p, end) in ends?.into_iter().enumerate() {
+        for (p, end) in ends.into_iter().enumerate() {
             let p = p as u32;
             if views.offset(topic, p)? >= end {
                 continue;

@@ -251,6 +251,8 @@ pub struct KafkaLog {
     /// last read ended: re-assigning one shared consumer on every switch of
     /// partition restarts its fetcher and costs a round of fetch waits.
     readers: Mutex<BTreeMap<(Topic, u32), SharedReader>>,
+    /// A consumer kept for batched end-offset queries.
+    offsets_reader: Mutex<Reader>,
 }
 
 fn base_config(config: &KafkaConfig) -> ClientConfig {
@@ -283,7 +285,11 @@ fn producer_config(config: &KafkaConfig) -> ClientConfig {
         .set(
             "message.max.bytes",
             (MAX_RECORD_BYTES + FRAMING_BYTES).to_string(),
-        );
+        )
+        // Request buffers are sized for a batch: keep batches small so a
+        // 16 MiB record limit does not make every small append costly (a
+        // larger record still goes out alone).
+        .set("batch.size", "262144");
     c
 }
 
@@ -375,6 +381,7 @@ impl KafkaLog {
             admin,
             producer: RwLock::new(Arc::new(producer)),
             readers: Mutex::new(BTreeMap::new()),
+            offsets_reader: Mutex::new(new_reader(config)?),
         })
     }
 
@@ -845,24 +852,59 @@ impl Log for KafkaLog {
     }
 
     fn end_offsets(&self, topic: Topic) -> Result<Vec<u64>, LogError> {
-        // One offset query per partition, all in flight at once: the
-        // projector asks before every operation, so latency adds up.
-        let n = self.partitions(topic);
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..n)
-                .map(|p| s.spawn(move || self.end_offset(topic, p)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(LogError::Unavailable(
-                            "an offset query thread panicked".into(),
-                        ))
+        Ok(self.end_offsets_of(&[topic])?.pop().unwrap_or_default())
+    }
+
+    fn end_offsets_of(&self, topics: &[Topic]) -> Result<Vec<Vec<u64>>, LogError> {
+        // One ListOffsets request ("latest" for every partition of every
+        // topic) instead of a round trip per partition.
+        let mut tpl = TopicPartitionList::new();
+        for t in topics {
+            for p in 0..self.partitions(*t) {
+                tpl.add_partition_offset(self.topic_name(*t), p as i32, Offset::End)
+                    .map_err(|e| LogError::Unavailable(format!("offset query: {e}")))?;
+            }
+        }
+        let answered = {
+            let reader = self
+                .offsets_reader
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            reader.consumer.offsets_for_times(tpl, self.config.timeout)
+        };
+        let answered = match answered {
+            Ok(list) => list,
+            // Fall back to a query per partition (it retries until the timeout).
+            Err(e) => {
+                tracing::debug!("batched offset query failed ({e}); asking per partition");
+                return topics
+                    .iter()
+                    .map(|t| {
+                        (0..self.partitions(*t))
+                            .map(|p| self.end_offset(*t, p))
+                            .collect()
                     })
-                })
-                .collect()
-        })
+                    .collect();
+            }
+        };
+        let mut out = Vec::with_capacity(topics.len());
+        for t in topics {
+            let name = self.topic_name(*t);
+            let mut ends = Vec::with_capacity(self.partitions(*t) as usize);
+            for p in 0..self.partitions(*t) {
+                let end = match answered
+                    .find_partition(name, p as i32)
+                    .map(|e| (e.offset(), e.error()))
+                {
+                    Some((Offset::Offset(o), Ok(()))) if o >= 0 => o as u64,
+                    // Anything unexpected: ask this partition on its own.
+                    _ => self.end_offset(*t, p)?,
+                };
+                ends.push(end);
+            }
+            out.push(ends);
+        }
+        Ok(out)
     }
 
     fn wait_beyond(

@@ -127,6 +127,12 @@ pub trait Log: Send + Sync {
             .collect()
     }
 
+    /// The end offsets of several topics' partitions, in one go where the
+    /// backend can (the projector asks before every operation).
+    fn end_offsets_of(&self, topics: &[Topic]) -> Result<Vec<Vec<u64>>, LogError> {
+        topics.iter().map(|t| self.end_offsets(*t)).collect()
+    }
+
     /// Block until the partition's end passes `offset` or `timeout` runs out;
     /// returns the end offset. Used to follow the tail.
     fn wait_beyond(
