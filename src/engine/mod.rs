@@ -270,7 +270,9 @@ impl Engine {
         // partition. When nothing else arrived before our records — the
         // usual case — apply them from the bytes we hold instead of reading
         // them back from the log (on Kafka a read is a round trip).
-        let mut groups: Vec<((Topic, u32), Vec<(u64, usize)>)> = Vec::new();
+        // (topic, partition) → (offset, index into `pending`) of our records.
+        type Group = ((Topic, u32), Vec<(u64, usize)>);
+        let mut groups: Vec<Group> = Vec::new();
         for (i, (p, pos)) in pending.iter().zip(&positions).enumerate() {
             let key = (p.topic, pos.partition);
             match groups.iter_mut().find(|(k, _)| *k == key) {
