@@ -223,8 +223,15 @@ pub fn run(dir: &Path) -> Result<i32> {
         chain.0, chain.1
     );
     println!("  inc-1 chain: responder read triage_summary and now carries `untrusted`; billing-watch stopped by the scope barrier");
+    for task in ["tour", "doctor"] {
+        let st = d.engine.task_stats(task)?;
+        println!(
+            "  task {task}: {} subtasks; {} bytes sent inline, {} bytes left behind references (~{} tokens saved at ~4 bytes/token); {} refusals recorded",
+            st.subtasks, st.inline_bytes, st.referenced_bytes, st.est_tokens_saved, st.refusals
+        );
+    }
     println!(
-        "  explore: agentledger --data {} trail dev-0 --chain | status | rebuild",
+        "  explore: agentledger --data {} trail dev-0 --chain | stats tour | verify | status | rebuild",
         dir.display()
     );
     Ok(0)
