@@ -6,7 +6,7 @@
 
 use crate::codec::Record;
 use crate::model::*;
-use crate::views::{keys, AgentState, RunState, TrailPointer, ViewError, ViewTxn};
+use crate::views::{keys, AgentState, PublishedEvent, RunState, TrailPointer, ViewError, ViewTxn};
 
 /// Where a record sits in the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +135,7 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
                 run.status = Some(e.status);
                 run.labels = sorted_union(&run.labels, &e.labels);
                 run.artifacts = e.artifacts;
-                run.published = e.published;
+                run.published = e.published.iter().map(PublishedEvent::from_out).collect();
                 run.withheld = e.withheld;
                 run.closed_at = Some((pos.partition, pos.offset));
                 run.next_step = run.next_step.max(step + 1);

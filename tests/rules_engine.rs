@@ -111,7 +111,7 @@ fn r3_event_delivered_twice_opens_each_listener_once(b: &Backend) {
     l.open_run("t1", "triager");
     l.close("t1", json!({"triage_summary":"s"}));
     let source = l.run("t1");
-    let ev = &source.published[0];
+    let ev = &source.published_events()[0];
     // A worker crashed after opening the responder but before recording the
     // dispatch: its record is in the log, the dispatch record is not.
     let responder = ids::listener_run_id(&ev.event_id, "responder");

@@ -127,7 +127,11 @@ impl Engine {
         // R6: a run without a chain position publishes nothing further, even
         // when an older worker's closing record listed events.
         let chain_known = run.root.is_some() && run.hop.is_some();
-        let events: &[AgentEventOut] = if chain_known { &run.published } else { &[] };
+        let events: Vec<AgentEventOut> = if chain_known {
+            run.published_events()
+        } else {
+            Vec::new()
+        };
         if let Some(w) = &run.withheld {
             answer.withheld.push(WithheldRun {
                 run: run.run.clone(),
@@ -147,7 +151,7 @@ impl Engine {
         }
 
         let now = self.now_ms();
-        for ev in events {
+        for ev in &events {
             published_json_recs.push((
                 chain_key(&run).into_bytes(),
                 serde_json::to_vec(&published_json(&run, ev, now)).unwrap_or_default(),

@@ -29,7 +29,9 @@ pub struct RunState {
     /// Reads (granted or refused) count as tool calls (R8).
     pub tool_calls: u32,
     pub artifacts: Vec<ArtifactRef>,
-    pub published: Vec<AgentEventOut>,
+    /// What its close published; artifact refs are named, not copied (they
+    /// are in `artifacts`), to keep the state small.
+    pub published: Vec<PublishedEvent>,
     pub withheld: Option<Withheld>,
     /// Log position of the closing record.
     pub closed_at: Option<(u32, u64)>,
@@ -38,7 +40,44 @@ pub struct RunState {
     pub refused_listeners: Vec<String>,
 }
 
+/// An agent event a run published, as the views keep it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishedEvent {
+    pub event_id: String,
+    pub event: String,
+    pub context: String,
+    pub artifact_names: Vec<String>,
+}
+
+impl PublishedEvent {
+    pub fn from_out(e: &AgentEventOut) -> Self {
+        Self {
+            event_id: e.event_id.clone(),
+            event: e.event.clone(),
+            context: e.context.clone(),
+            artifact_names: e.artifacts.iter().map(|a| a.name.clone()).collect(),
+        }
+    }
+}
+
 impl RunState {
+    /// The events its close published, with their artifacts' refs.
+    pub fn published_events(&self) -> Vec<AgentEventOut> {
+        self.published
+            .iter()
+            .map(|p| AgentEventOut {
+                event_id: p.event_id.clone(),
+                event: p.event.clone(),
+                context: p.context.clone(),
+                artifacts: p
+                    .artifact_names
+                    .iter()
+                    .filter_map(|n| self.artifacts.iter().find(|a| &a.name == n).cloned())
+                    .collect(),
+            })
+            .collect()
+    }
+
     pub fn is_open(&self) -> bool {
         self.status.is_none()
     }
