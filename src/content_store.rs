@@ -45,6 +45,7 @@ pub struct StoredBlob {
     pub uri: String,
     /// `sha256:<hex>`
     pub digest: String,
+    pub sha256: [u8; 32],
     pub size: u64,
 }
 
@@ -92,7 +93,8 @@ impl ContentStore {
         if bytes.len() > MAX_BLOB_BYTES {
             return Err(StoreError::TooLarge { size: bytes.len() });
         }
-        let hex = hex::encode(Sha256::digest(bytes));
+        let sha256: [u8; 32] = Sha256::digest(bytes).into();
+        let hex = hex::encode(sha256);
         let path = self.path_of(&hex);
         if !path.exists() {
             let parent = path.parent().unwrap_or(&self.dir).to_path_buf();
@@ -125,6 +127,7 @@ impl ContentStore {
         Ok(StoredBlob {
             uri: uri_for_hex(&hex),
             digest: format!("sha256:{hex}"),
+            sha256,
             size: bytes.len() as u64,
         })
     }

@@ -119,7 +119,7 @@ pub fn step_line(run: &str, s: &TrailStep) -> String {
             "read {} from {} ({}, {} bytes); labels now {}",
             e.artifact.name,
             e.artifact.source_run,
-            e.artifact.digest,
+            e.artifact.digest(),
             e.artifact.size,
             labels_text(&e.labels_after)
         ),

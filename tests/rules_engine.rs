@@ -362,7 +362,7 @@ fn r8_listener_reads_only_contract_names_and_each_read_is_a_tool_call(b: &Backen
     assert_eq!(got["content"], json!("SECRET-BODY"));
     assert_eq!(got["source_run"], json!("t1"));
     let the_ref = l.run(&resp).trigger.unwrap().artifacts[0]
-        .content_ref
+        .content_ref()
         .clone();
     assert_eq!(
         l.refused(json!({"op":"read_artifact","run":resp,"name":the_ref})),

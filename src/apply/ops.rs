@@ -222,7 +222,7 @@ pub fn withheld_json(w: &Option<Withheld>) -> Value {
 }
 
 pub fn artifact_json(a: &ArtifactRef) -> Value {
-    json!({"name": a.name, "ref": a.content_ref, "digest": a.digest, "size": a.size,
+    json!({"name": a.name, "ref": a.content_ref(), "digest": a.digest(), "size": a.size,
            "source_run": a.source_run, "labels": a.labels})
 }
 
@@ -284,7 +284,7 @@ pub fn apply_value(engine: &mut Engine, v: &Value) -> Result<Value, OpError> {
             let r: ReadIn = parse(op, v)?;
             let a = engine.read_artifact(&r.run, &r.name)?;
             Ok(
-                json!({"ok": true, "content": a.content, "digest": a.artifact.digest,
+                json!({"ok": true, "content": a.content, "digest": a.artifact.digest(),
                       "labels": a.artifact.labels, "source_run": a.artifact.source_run}),
             )
         }

@@ -116,7 +116,7 @@ pub fn run(dir: &Path) -> Result<i32> {
         .views()
         .run(&responder)?
         .and_then(|r| r.trigger)
-        .map(|t| t.artifacts[0].content_ref.clone())
+        .map(|t| t.artifacts[0].content_ref())
         .unwrap_or_default();
     println!("  (a read by ref is refused, even with the correct ref)");
     d.show(

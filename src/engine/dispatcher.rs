@@ -73,8 +73,8 @@ pub fn published_json(run: &RunState, ev: &AgentEventOut, time_ms: u64) -> serde
         "time_ms": time_ms,
         "artifacts": ev.artifacts.iter().map(|a| serde_json::json!({
             "name": a.name,
-            "ref": a.content_ref,
-            "digest": a.digest,
+            "ref": a.content_ref(),
+            "digest": a.digest(),
             "size": a.size,
             "source_run": a.source_run,
             "labels": a.labels,

@@ -126,7 +126,7 @@ impl Engine {
             .version(&run.agent, run.version)?
             .and_then(|v| v.tool_budget);
         let decided = artifacts::authorize_read(&run, name, budget).and_then(|art| {
-            match self.store.get(&art.content_ref, self.now_ms()) {
+            match self.store.get(&art.content_ref(), self.now_ms()) {
                 Ok(bytes) => Ok((art, bytes)),
                 Err(e) => Err(Refusal::new(
                     match e {
@@ -215,8 +215,7 @@ impl Engine {
             let blob = self.store.put(content.as_bytes(), None)?;
             arts.push(ArtifactRef {
                 name: name.clone(),
-                content_ref: blob.uri,
-                digest: blob.digest,
+                sha256: blob.sha256,
                 size: blob.size,
                 source_run: run.run.clone(),
                 labels: run_labels.clone(),

@@ -57,13 +57,51 @@ pub struct AgentVersion {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArtifactRef {
     pub name: String,
-    /// `cas://sha256/<hex>`: where the content store keeps the bytes.
-    pub content_ref: String,
-    /// `sha256:<hex>`
-    pub digest: String,
+    /// sha256 of the bytes: their address in the content store. Kept as
+    /// bytes (the ref and the digest are two spellings of it); JSON shows
+    /// it as `sha256:<hex>`.
+    #[serde(with = "sha256_text_in_json")]
+    pub sha256: [u8; 32],
     pub size: u64,
     pub source_run: String,
     pub labels: Vec<String>,
+}
+
+/// Raw bytes in bincode, `sha256:<hex>` in human-readable formats.
+mod sha256_text_in_json {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            s.serialize_str(&format!("sha256:{}", hex::encode(v)))
+        } else {
+            serde::Serialize::serialize(v, s)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
+        if d.is_human_readable() {
+            let s = String::deserialize(d)?;
+            let hexpart = s.strip_prefix("sha256:").unwrap_or(&s);
+            let mut out = [0u8; 32];
+            hex::decode_to_slice(hexpart, &mut out).map_err(D::Error::custom)?;
+            Ok(out)
+        } else {
+            <[u8; 32]>::deserialize(d)
+        }
+    }
+}
+
+impl ArtifactRef {
+    /// `cas://sha256/<hex>`: where the content store keeps the bytes.
+    pub fn content_ref(&self) -> String {
+        format!("cas://sha256/{}", hex::encode(self.sha256))
+    }
+    /// `sha256:<hex>`
+    pub fn digest(&self) -> String {
+        format!("sha256:{}", hex::encode(self.sha256))
+    }
 }
 
 /// The event that opened a listener run: name, id, and its artifact contract.

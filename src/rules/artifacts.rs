@@ -90,8 +90,7 @@ mod tests {
             source_run: "r1".into(),
             artifacts: vec![ArtifactRef {
                 name: "triage_summary".into(),
-                content_ref: format!("cas://sha256/{}", "a".repeat(64)),
-                digest: format!("sha256:{}", "a".repeat(64)),
+                sha256: [0xaa; 32],
                 size: 10,
                 source_run: "r1".into(),
                 labels: vec!["area:acme/platform".into()],
@@ -117,13 +116,13 @@ mod tests {
     fn r8_a_correct_ref_is_still_refused() {
         let run = listener();
         let good_ref = run.trigger.as_ref().unwrap().artifacts[0]
-            .content_ref
+            .content_ref()
             .clone();
         assert_eq!(
             authorize_read(&run, &good_ref, None).unwrap_err().code,
             "ref_not_allowed"
         );
-        let digest = run.trigger.as_ref().unwrap().artifacts[0].digest.clone();
+        let digest = run.trigger.as_ref().unwrap().artifacts[0].digest();
         assert_eq!(
             authorize_read(&run, &digest, None).unwrap_err().code,
             "ref_not_allowed"

@@ -161,8 +161,7 @@ pub(crate) mod tests {
         let run = run_at("r1", Some("r1"), Some(0));
         let patch = ArtifactRef {
             name: "patch".into(),
-            content_ref: "cas://sha256/aa".into(),
-            digest: "sha256:aa".into(),
+            sha256: [0xaa; 32],
             size: 1,
             source_run: "r1".into(),
             labels: vec![],

@@ -58,8 +58,7 @@ mod tests {
             context: "change".into(),
             artifacts: vec![ArtifactRef {
                 name: "patch".into(),
-                content_ref: "cas://sha256/aa".into(),
-                digest: "sha256:aa".into(),
+                sha256: [0xaa; 32],
                 size: 1,
                 source_run: "r1".into(),
                 labels: labels.iter().map(|s| s.to_string()).collect(),

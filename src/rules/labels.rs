@@ -51,8 +51,7 @@ mod tests {
     fn art(labels: &[&str]) -> ArtifactRef {
         ArtifactRef {
             name: "a".into(),
-            content_ref: "cas://sha256/00".into(),
-            digest: "sha256:00".into(),
+            sha256: [0x00; 32],
             size: 1,
             source_run: "r".into(),
             labels: labels.iter().map(|s| s.to_string()).collect(),
