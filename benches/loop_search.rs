@@ -2,14 +2,15 @@
 //! bounds against a 100k-agent / ~1M-edge registry, and against an
 //! adversarial dense component (200 agents, near-complete digraph).
 //!
-//! Run with `cargo bench --bench loop_search`. The p50/p99 over 200 publishes
-//! is printed by the ignored test `r10_p99_publish_latency_100k`.
+//! Run with `cargo bench --bench loop_search`. Before the criterion groups
+//! it prints p50/p99/max over 200 publishes of random agents of the 100k
+//! registry, with the default bounds and with the whole work budget.
 
 use std::collections::HashMap;
 use std::hint::black_box;
 
 use agentledger::loops::{check_publish, AgentIndex, AgentNode, LoopBounds};
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -154,5 +155,48 @@ fn bench_loop_search(c: &mut Criterion) {
     group.finish();
 }
 
+/// Latency percentiles over 200 publishes against the 100k-agent registry:
+/// the p99 is the figure the issue asks for, which criterion's mean does not
+/// give.
+fn print_publish_percentiles() {
+    let agents = random_registry(100_000, 90_000, 3, 42);
+    let index: AgentIndex = agents.iter().cloned().collect();
+    let access: Vec<String> = vec!["acme".into(), "globex".into(), "initech".into()];
+    let every_loop = LoopBounds {
+        max_loops: usize::MAX,
+        ..LoopBounds::default()
+    };
+    for (label, bounds) in [
+        ("default bounds", LoopBounds::default()),
+        ("whole budget (every loop asked for)", every_loop),
+    ] {
+        let mut rng = StdRng::seed_from_u64(1);
+        let mut micros = Vec::new();
+        let (mut named, mut more) = (0usize, 0usize);
+        for _ in 0..200 {
+            let cand = &agents[rng.gen_range(0..agents.len())];
+            let start = std::time::Instant::now();
+            let report = check_publish(&index, cand, &access, &bounds);
+            micros.push(start.elapsed().as_micros());
+            named += report.warnings.len();
+            more += usize::from(report.may_be_more);
+        }
+        micros.sort_unstable();
+        let pct = |p: usize| micros[(micros.len() * p / 100).min(micros.len() - 1)];
+        eprintln!(
+            "r10 {label}, {} publishes: p50 {} µs, p99 {} µs, max {} µs; loops named {named}, may_be_more {more}",
+            micros.len(),
+            pct(50),
+            pct(99),
+            micros[micros.len() - 1]
+        );
+    }
+}
+
 criterion_group!(benches, bench_loop_search);
-criterion_main!(benches);
+
+fn main() {
+    print_publish_percentiles();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

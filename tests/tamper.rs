@@ -264,3 +264,78 @@ fn r16_trail_as_of_shows_history() {
     assert_eq!(then.len(), 6);
     assert_eq!(then[..], steps[..6]);
 }
+
+/// The checkpoints segment and, for the partition of `seg`, the index of
+/// its checkpoint frame and that checkpoint.
+fn checkpoint_of(dir: &Path, seg: &Path) -> (PathBuf, usize, Value) {
+    let cps = dir.join(format!("log/checkpoints/0/{:020}.seg", 0));
+    let frames = read_frames(&cps);
+    let p = partition_of(seg);
+    let i = frames
+        .iter()
+        .position(|(_, body)| {
+            let v: Value = serde_json::from_slice(body).unwrap();
+            v["topic"] == "ledger" && v["partition"] == p
+        })
+        .expect("a checkpoint of the partition");
+    let cp = serde_json::from_slice(&frames[i].1).unwrap();
+    (cps, i, cp)
+}
+
+fn rewrite_checkpoint(cps: &Path, i: usize, cp: &Value) {
+    let mut frames = read_frames(cps);
+    frames[i].1 = serde_json::to_vec(cp).unwrap();
+    write_frames(cps, &frames);
+}
+
+#[test]
+fn r16_forged_checkpoint_head_is_named_at_its_last_record() {
+    let (d, seg) = ledger();
+    let (cps, i, mut cp) = checkpoint_of(d.path(), &seg);
+    cp["head"] = json!("ab".repeat(32));
+    rewrite_checkpoint(&cps, i, &cp);
+    let (code, v) = verify(d.path());
+    assert_eq!(code, 1, "{v}");
+    let m = &v["first_mismatch"];
+    assert_eq!(m["offset"], cp["to"].as_u64().unwrap() - 1, "{v}");
+    assert!(
+        m["what"].as_str().unwrap().contains("after this record"),
+        "{v}"
+    );
+}
+
+#[test]
+fn r16_checkpoint_not_chained_to_what_came_before_is_named() {
+    // A forger replaces the checkpoint's starting head and makes it
+    // consistent with itself: the link no longer starts where the chain is.
+    let (d, seg) = ledger();
+    let (cps, i, mut cp) = checkpoint_of(d.path(), &seg);
+    let forged_prev = [7u8; 32];
+    let digests: Vec<[u8; 32]> = cp["digests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            hex::decode(h.as_str().unwrap())
+                .unwrap()
+                .try_into()
+                .unwrap()
+        })
+        .collect();
+    let from = cp["from"].as_u64().unwrap();
+    cp["prev_head"] = json!(hex::encode(forged_prev));
+    cp["head"] = json!(hex::encode(agentledger::audit::link_head(
+        &forged_prev,
+        from,
+        digests.iter()
+    )));
+    rewrite_checkpoint(&cps, i, &cp);
+    let (code, v) = verify(d.path());
+    assert_eq!(code, 1, "{v}");
+    let m = &v["first_mismatch"];
+    assert_eq!(m["offset"], from, "{v}");
+    assert!(
+        m["what"].as_str().unwrap().contains("before this record"),
+        "{v}"
+    );
+}

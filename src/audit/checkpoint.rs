@@ -4,7 +4,7 @@
 //! after it. They are written every [`CHECKPOINT_INTERVAL`] records and on
 //! demand (`agentledger checkpoint`); consecutive checkpoints chain.
 
-use super::hashchain::{fold, from_hex32, record_digest};
+use super::hashchain::{from_hex32, link_head, record_digest, HexDigest, Link};
 use crate::error::{LedgerError, Result};
 use crate::log::{Log, Topic};
 use serde::{Deserialize, Serialize};
@@ -25,7 +25,7 @@ pub struct Checkpoint {
     pub prev_head: String,
     pub head: String,
     /// sha256 (hex) of each record in `[from, to)`, in offset order.
-    pub digests: Vec<String>,
+    pub digests: Vec<HexDigest>,
     pub time_ms: u64,
     pub writer: String,
 }
@@ -38,7 +38,7 @@ impl Checkpoint {
     /// The checkpoint is internally consistent: its digests fold from
     /// `prev_head` to `head`. Returns the first offset that breaks it.
     pub fn self_check(&self) -> std::result::Result<(), String> {
-        let mut head = from_hex32(&self.prev_head).ok_or("prev_head is not 32 hex bytes")?;
+        let prev = from_hex32(&self.prev_head).ok_or("prev_head is not 32 hex bytes")?;
         if self.to < self.from || (self.to - self.from) as usize != self.digests.len() {
             return Err(format!(
                 "covers [{}, {}) but lists {} digests",
@@ -47,23 +47,20 @@ impl Checkpoint {
                 self.digests.len()
             ));
         }
-        for (i, d) in self.digests.iter().enumerate() {
-            let d = from_hex32(d).ok_or_else(|| format!("digest {i} is not 32 hex bytes"))?;
-            head = fold(&head, self.from + i as u64, &d);
-        }
+        let head = link_head(&prev, self.from, self.digests.iter().map(|d| &d.0));
         if hex::encode(head) != self.head {
             return Err("its digests do not fold to its head".into());
         }
         Ok(())
     }
 
-    pub fn digest_at(&self, offset: u64) -> Option<&str> {
+    pub fn digest_at(&self, offset: u64) -> Option<&[u8; 32]> {
         if offset < self.from || offset >= self.to {
             return None;
         }
         self.digests
             .get((offset - self.from) as usize)
-            .map(String::as_str)
+            .map(|d| &d.0)
     }
 }
 
@@ -87,7 +84,7 @@ pub fn build(log: &dyn Log, span: Span, time_ms: u64, writer: &str) -> Result<Ch
         to,
         prev_head,
     } = span;
-    let mut head = prev_head;
+    let mut link = Link::new(&prev_head, from, to);
     let mut digests = Vec::with_capacity((to - from) as usize);
     let mut at = from;
     while at < to {
@@ -104,8 +101,8 @@ pub fn build(log: &dyn Log, span: Span, time_ms: u64, writer: &str) -> Result<Ch
                     r.offset
                 ))
             })?;
-            head = fold(&head, r.offset, &d);
-            digests.push(hex::encode(d));
+            link.push(&d);
+            digests.push(HexDigest(d));
             at = r.offset + 1;
         }
     }
@@ -116,7 +113,7 @@ pub fn build(log: &dyn Log, span: Span, time_ms: u64, writer: &str) -> Result<Ch
         from,
         to,
         prev_head: hex::encode(prev_head),
-        head: hex::encode(head),
+        head: hex::encode(link.head()),
         digests,
         time_ms,
         writer: writer.into(),
@@ -130,17 +127,19 @@ pub fn read_all(log: &dyn Log) -> Result<Vec<(u64, std::result::Result<Checkpoin
     for p in 0..log.partitions(Topic::Checkpoints) {
         let mut at = 0;
         loop {
-            let recs = log.read(Topic::Checkpoints, p, at, 1024)?;
-            let Some(last) = recs.last().map(|r| r.offset) else {
-                break;
-            };
-            for r in recs {
+            // Parsed straight from the read buffer, a few at a time: each
+            // lists a thousand digests, so copies would dominate.
+            let after = log.scan(Topic::Checkpoints, p, at, 64, &mut |r| {
                 out.push((
                     r.offset,
-                    serde_json::from_slice::<Checkpoint>(&r.payload).map_err(|e| e.to_string()),
+                    serde_json::from_slice::<Checkpoint>(r.payload).map_err(|e| e.to_string()),
                 ));
+                std::ops::ControlFlow::Continue(())
+            })?;
+            if after == at {
+                break;
             }
-            at = last + 1;
+            at = after;
         }
     }
     Ok(out)

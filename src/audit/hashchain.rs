@@ -1,11 +1,16 @@
-//! The hash chain of a partition: `head(0) = 32 zero bytes`,
-//! `head(n+1) = sha256(head(n) ‖ offset(n) as u64 BE ‖ digest(record n))`.
+//! The hash chain of a partition, link by link: each checkpoint covers the
+//! records `[from, to)` and its head is
+//! `sha256(prev_head ‖ from as u64 BE ‖ to as u64 BE ‖ digest(from) ‖ … ‖ digest(to − 1))`,
+//! where `prev_head` is the head of the checkpoint ending at `from` (32 zero
+//! bytes at offset 0). A head thus commits to every record before it, in
+//! order and at its offset.
 //!
 //! A record's digest is the sha256 of its stored bytes *without the body*:
 //! the envelope (schema version, ids, time, writer, step) and the body's own
 //! sha256, which is checked against the body first. It commits to every byte
-//! of the record while hashing the body only once, so verifying the log
-//! costs little more than hashing it.
+//! of the record while hashing the body only once; and a link absorbs 32
+//! bytes per record instead of finishing a hash per record. Together they
+//! keep verifying the log close to the cost of hashing it once.
 
 use sha2::{Digest, Sha256};
 
@@ -18,18 +23,108 @@ pub fn record_digest(payload: &[u8]) -> Result<[u8; 32], crate::codec::CodecErro
     Ok(Sha256::digest(&payload[..payload.len() - body_len]).into())
 }
 
-/// One step of the chain.
-pub fn fold(head: &[u8; 32], offset: u64, digest: &[u8; 32]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(head);
-    h.update(offset.to_be_bytes());
-    h.update(digest);
-    h.finalize().into()
+/// One link of the chain being computed: fed the digests of `[from, to)`
+/// in order, it yields the head of the checkpoint over them.
+#[derive(Clone)]
+pub struct Link(Sha256);
+
+impl Link {
+    pub fn new(prev_head: &[u8; 32], from: u64, to: u64) -> Self {
+        let mut h = Sha256::new();
+        h.update(prev_head);
+        h.update(from.to_be_bytes());
+        h.update(to.to_be_bytes());
+        Link(h)
+    }
+
+    pub fn push(&mut self, digest: &[u8; 32]) {
+        self.0.update(digest);
+    }
+
+    pub fn head(self) -> [u8; 32] {
+        self.0.finalize().into()
+    }
 }
 
+/// The head of a link over `digests` (the records `[from, from + len)`).
+pub fn link_head<'a>(
+    prev_head: &[u8; 32],
+    from: u64,
+    digests: impl ExactSizeIterator<Item = &'a [u8; 32]>,
+) -> [u8; 32] {
+    let mut link = Link::new(prev_head, from, from + digests.len() as u64);
+    for d in digests {
+        link.push(d);
+    }
+    link.head()
+}
+
+/// 64 hex digits (either case) to 32 bytes. Checkpoints carry one per
+/// record and `verify` reads them all, so this is a table lookup per digit
+/// rather than a general-purpose decoder.
 pub fn from_hex32(s: &str) -> Option<[u8; 32]> {
-    let v = hex::decode(s).ok()?;
-    v.try_into().ok()
+    const INVALID: u8 = 0xff;
+    const TABLE: [u8; 256] = {
+        let mut t = [INVALID; 256];
+        let mut i = 0;
+        while i < 10 {
+            t[b'0' as usize + i] = i as u8;
+            i += 1;
+        }
+        let mut i = 0;
+        while i < 6 {
+            t[b'a' as usize + i] = 10 + i as u8;
+            t[b'A' as usize + i] = 10 + i as u8;
+            i += 1;
+        }
+        t
+    };
+    let b = s.as_bytes();
+    if b.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    let mut bad = 0u8;
+    for (i, o) in out.iter_mut().enumerate() {
+        let (hi, lo) = (TABLE[b[2 * i] as usize], TABLE[b[2 * i + 1] as usize]);
+        // INVALID has the high bit set; any valid digit does not.
+        bad |= hi | lo;
+        *o = (hi << 4) | (lo & 0x0f);
+    }
+    (bad & 0x80 == 0).then_some(out)
+}
+
+/// A sha256 that travels as 64 hex digits in JSON. Checkpoints list one
+/// per record, so they are decoded once, while the checkpoint is parsed,
+/// and `verify` compares bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HexDigest(pub [u8; 32]);
+
+impl serde::Serialize for HexDigest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut buf = [0u8; 64];
+        // Cannot fail: the buffer is exactly twice the input.
+        let _ = hex::encode_to_slice(self.0, &mut buf);
+        s.serialize_str(std::str::from_utf8(&buf).unwrap_or_default())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for HexDigest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = HexDigest;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a sha256 as 64 hex digits")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<HexDigest, E> {
+                from_hex32(s)
+                    .map(HexDigest)
+                    .ok_or_else(|| E::custom(format!("{s:?} is not a sha256 as 64 hex digits")))
+            }
+        }
+        d.deserialize_str(V)
+    }
 }
 
 #[cfg(test)]
@@ -37,14 +132,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chain_depends_on_order_and_offsets() {
+    fn chain_depends_on_order_offsets_and_what_came_before() {
         let a: [u8; 32] = Sha256::digest(b"a").into();
         let b: [u8; 32] = Sha256::digest(b"b").into();
-        let ab = fold(&fold(&GENESIS, 0, &a), 1, &b);
-        let ba = fold(&fold(&GENESIS, 0, &b), 1, &a);
-        assert_ne!(ab, ba);
-        let shifted = fold(&fold(&GENESIS, 1, &a), 2, &b);
-        assert_ne!(ab, shifted);
+        let ab = link_head(&GENESIS, 0, [a, b].iter());
+        assert_ne!(ab, link_head(&GENESIS, 0, [b, a].iter()));
+        assert_ne!(ab, link_head(&GENESIS, 1, [a, b].iter()));
+        assert_ne!(ab, link_head(&GENESIS, 0, [a].iter()));
+        let next = link_head(&ab, 2, [a].iter());
+        assert_ne!(next, link_head(&GENESIS, 2, [a].iter()));
+        // The streaming form and the one-shot form agree.
+        let mut link = Link::new(&GENESIS, 0, 2);
+        link.push(&a);
+        link.push(&b);
+        assert_eq!(link.head(), ab);
         assert_eq!(from_hex32(&hex::encode(ab)), Some(ab));
+        assert_eq!(from_hex32("00"), None);
+        assert_eq!(from_hex32(&hex::encode(ab).to_uppercase()), Some(ab));
+        let mut bad = hex::encode(ab);
+        bad.replace_range(63..64, "g");
+        assert_eq!(from_hex32(&bad), None);
+    }
+
+    #[test]
+    fn hex_digest_round_trips_as_a_json_string() {
+        let d = HexDigest(Sha256::digest(b"x").into());
+        let json = serde_json::to_string(&d).unwrap();
+        assert_eq!(json, format!("\"{}\"", hex::encode(d.0)));
+        assert_eq!(serde_json::from_str::<HexDigest>(&json).unwrap(), d);
+        let err = serde_json::from_str::<HexDigest>("\"abc\"").unwrap_err();
+        assert!(err.to_string().contains("64 hex digits"), "{err}");
     }
 }

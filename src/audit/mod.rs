@@ -1,7 +1,7 @@
 //! Audit (R16): the log is never rewritten, and anyone can check that.
-//! Each ledger and registry partition is folded into a sha256 hash chain;
-//! checkpoints attest, for a range of offsets, every record's digest and the
-//! chain head at the range's end. `verify` recomputes all of it from the log
+//! Each ledger and registry partition is folded into a sha256 hash chain
+//! whose links are its checkpoints: one attests, for a range of offsets,
+//! every record's digest and the chain head at the range's end. `verify` recomputes all of it from the log
 //! and names the first record that does not match; an export carries its
 //! records' bytes and the checkpoints covering them, so it can be verified
 //! with nothing but the file.
@@ -17,5 +17,5 @@ pub mod hashchain;
 pub mod verify;
 
 pub use checkpoint::{Checkpoint, CHECKPOINT_INTERVAL};
-pub use hashchain::{fold, record_digest, GENESIS};
+pub use hashchain::{link_head, record_digest, Link, GENESIS};
 pub use verify::{Mismatch, VerifyReport};

@@ -3,11 +3,12 @@
 //! first record that does not match. Also verifies an export offline.
 
 use super::checkpoint::{self, Checkpoint, CHAINED_TOPICS};
-use super::hashchain::{fold, record_digest, GENESIS};
+use super::hashchain::{from_hex32, record_digest, Link, GENESIS};
 use crate::error::Result;
 use crate::log::{Log, Topic};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 
 /// A record (or checkpoint) that does not match what was attested.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -67,16 +68,15 @@ fn mismatch(
     }
 }
 
-/// Checks of one record against the checkpoints covering it; shared by the
-/// log and the export verifier.
-fn check_record(
+/// The digest of one stored record, or the mismatch naming it when its
+/// body does not match its envelope.
+fn digest_of(
     topic: &str,
     partition: u32,
     offset: u64,
     payload: &[u8],
-    cps: &[&Checkpoint],
 ) -> std::result::Result<[u8; 32], Mismatch> {
-    let d = record_digest(payload).map_err(|e| {
+    record_digest(payload).map_err(|e| {
         mismatch(
             topic,
             partition,
@@ -85,18 +85,27 @@ fn check_record(
             "a record whose body matches its digest",
             e.to_string(),
         )
-    })?;
+    })
+}
+
+/// A record's digest against the checkpoints covering it; shared by the
+/// log and the export verifier.
+fn check_digest<'a>(
+    topic: &str,
+    partition: u32,
+    offset: u64,
+    d: [u8; 32],
+    cps: impl IntoIterator<Item = &'a Checkpoint>,
+) -> std::result::Result<[u8; 32], Mismatch> {
     for cp in cps {
-        if let Some(expected) = cp.digest_at(offset) {
-            // Compare bytes; build strings only for the report.
-            let mut want = [0u8; 32];
-            if hex::decode_to_slice(expected, &mut want).is_err() || want != d {
+        if let Some(want) = cp.digest_at(offset) {
+            if *want != d {
                 return Err(mismatch(
                     topic,
                     partition,
                     offset,
                     "record digest differs from checkpoint",
-                    expected,
+                    hex::encode(want),
                     hex::encode(d),
                 ));
             }
@@ -105,47 +114,68 @@ fn check_record(
     Ok(d)
 }
 
+/// The checkpoints once read, by (topic, partition). Partition workers wait
+/// for them; until they are there, they compute digests ahead.
+struct Attestations {
+    ready: std::sync::Mutex<Option<ByPartition>>,
+    cv: std::sync::Condvar,
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl Attestations {
+    fn set(&self, by_tp: ByPartition) {
+        if let Ok(mut g) = self.ready.lock() {
+            *g = Some(by_tp);
+        }
+        self.done.store(true, std::sync::atomic::Ordering::Release);
+        self.cv.notify_all();
+    }
+
+    fn is_set(&self) -> bool {
+        self.done.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The checkpoints of one partition, waiting until they are read.
+    fn of(&self, topic: Topic, p: u32) -> Result<Vec<Checkpoint>> {
+        let poisoned = || crate::error::LedgerError::Other("a verify thread panicked".into());
+        let mut g = self.ready.lock().map_err(|_| poisoned())?;
+        while g.is_none() {
+            g = self.cv.wait(g).map_err(|_| poisoned())?;
+        }
+        Ok(g.as_mut()
+            .and_then(|m| m.remove(&(topic.name().to_string(), p)))
+            .unwrap_or_default())
+    }
+}
+
+/// Records digested ahead per partition while the checkpoints are still
+/// being read (40 bytes each): bounds the memory of that overlap.
+const DIGEST_AHEAD: usize = 1 << 21;
+
 /// Verify the whole log. `progress` is told how many records were read.
 /// Partitions are independent chains, so they are verified in parallel, one
-/// thread per core.
+/// thread per core; reading the checkpoints is one more job, and the
+/// partitions digest their records meanwhile.
 pub fn verify_log(log: &dyn Log, progress: &(dyn Fn(u64) + Sync)) -> Result<VerifyReport> {
     let mut report = VerifyReport::default();
-    let mut by_tp: BTreeMap<(String, u32), Vec<Checkpoint>> = BTreeMap::new();
-    for (at, cp) in checkpoint::read_all(log)? {
-        report.checkpoints += 1;
-        match cp {
-            Ok(cp) => {
-                // No self-check here: folding the log's records against
-                // the checkpoint's digests and head below covers it.
-                let list = by_tp.entry((cp.topic.clone(), cp.partition)).or_default();
-                if !list.contains(&cp) {
-                    list.push(cp);
-                }
-            }
-            Err(e) => report.mismatches.push(mismatch(
-                Topic::Checkpoints.name(),
-                0,
-                at,
-                "checkpoint is not readable",
-                "checkpoint JSON",
-                e,
-            )),
-        }
-    }
-    let mut jobs = Vec::new();
+    let mut parts = Vec::new();
     for topic in CHAINED_TOPICS {
         for p in 0..log.partitions(topic) {
-            let cps: Vec<Checkpoint> = by_tp
-                .remove(&(topic.name().to_string(), p))
-                .unwrap_or_default();
-            jobs.push((topic, p, cps));
+            parts.push((topic, p));
         }
     }
+    let attested = Attestations {
+        ready: std::sync::Mutex::new(None),
+        cv: std::sync::Condvar::new(),
+        done: std::sync::atomic::AtomicBool::new(false),
+    };
     let workers = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
-        .min(jobs.len().max(1));
+        .min(parts.len() + 1);
+    // Job 0 reads the checkpoints; job i > 0 verifies partition i - 1.
     let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut unreadable = Vec::new();
     let results: Vec<Result<Vec<(usize, PartitionOutcome)>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
@@ -153,10 +183,24 @@ pub fn verify_log(log: &dyn Log, progress: &(dyn Fn(u64) + Sync)) -> Result<Veri
                     let mut done = Vec::new();
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        let Some((topic, p, cps)) = jobs.get(i) else {
+                        if i == 0 {
+                            let read = read_checkpoints(log);
+                            let (by_tp, bad, n) = match read {
+                                Ok(x) => x,
+                                Err(e) => {
+                                    // Unblock the others before failing.
+                                    attested.set(BTreeMap::new());
+                                    return Err(e);
+                                }
+                            };
+                            attested.set(by_tp);
+                            done.push((0, PartitionOutcome::checkpoints(n, bad)));
+                            continue;
+                        }
+                        let Some((topic, p)) = parts.get(i - 1) else {
                             return Ok(done);
                         };
-                        done.push((i, verify_partition(log, *topic, *p, cps, progress)?));
+                        done.push((i, verify_partition(log, *topic, *p, &attested, progress)?));
                     }
                 })
             })
@@ -181,11 +225,22 @@ pub fn verify_log(log: &dyn Log, progress: &(dyn Fn(u64) + Sync)) -> Result<Veri
     for (_, o) in outcomes {
         report.records += o.records;
         report.covered += o.covered;
+        report.checkpoints += o.checkpoints;
+        unreadable.extend(o.unreadable);
         if let Some(m) = o.mismatch {
             report.mismatches.push(m);
         }
     }
-    for ((topic, p), cps) in by_tp {
+    // Unreadable checkpoints first, as before the partitions.
+    unreadable.append(&mut report.mismatches);
+    report.mismatches = unreadable;
+    let left = attested
+        .ready
+        .into_inner()
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    for ((topic, p), cps) in left {
         report.mismatches.push(mismatch(
             &topic,
             p,
@@ -198,111 +253,254 @@ pub fn verify_log(log: &dyn Log, progress: &(dyn Fn(u64) + Sync)) -> Result<Veri
     Ok(report)
 }
 
-/// What verifying one partition found.
+/// Checkpoints by (topic name, partition).
+type ByPartition = BTreeMap<(String, u32), Vec<Checkpoint>>;
+
+/// Every checkpoint, by (topic, partition) without duplicates; the
+/// unreadable ones as mismatches; how many there were.
+type ReadCheckpoints = (ByPartition, Vec<Mismatch>, u64);
+
+fn read_checkpoints(log: &dyn Log) -> Result<ReadCheckpoints> {
+    let mut by_tp = ByPartition::new();
+    let mut bad = Vec::new();
+    let mut n = 0;
+    for (at, cp) in checkpoint::read_all(log)? {
+        n += 1;
+        match cp {
+            Ok(cp) => {
+                // No self-check here: folding the log's records against
+                // the checkpoint's digests and head covers it.
+                let list = by_tp.entry((cp.topic.clone(), cp.partition)).or_default();
+                if !list.contains(&cp) {
+                    list.push(cp);
+                }
+            }
+            Err(e) => bad.push(mismatch(
+                Topic::Checkpoints.name(),
+                0,
+                at,
+                "checkpoint is not readable",
+                "checkpoint JSON",
+                e,
+            )),
+        }
+    }
+    Ok((by_tp, bad, n))
+}
+
+/// What one job of `verify_log` found.
+#[derive(Default)]
 struct PartitionOutcome {
     records: u64,
     covered: u64,
+    checkpoints: u64,
+    unreadable: Vec<Mismatch>,
     mismatch: Option<Mismatch>,
 }
 
+impl PartitionOutcome {
+    fn checkpoints(n: u64, unreadable: Vec<Mismatch>) -> Self {
+        PartitionOutcome {
+            checkpoints: n,
+            unreadable,
+            ..Default::default()
+        }
+    }
+}
+
+/// Verify one partition: digest records ahead while the checkpoints are
+/// being read, then check every record against them in offset order.
 fn verify_partition(
     log: &dyn Log,
     topic: Topic,
     p: u32,
-    cps: &[Checkpoint],
+    attested: &Attestations,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<PartitionOutcome> {
-    let mut out = PartitionOutcome {
-        records: 0,
-        covered: 0,
-        mismatch: None,
-    };
-    let found = verify_partition_inner(log, topic, p, cps, &mut out, progress)?;
-    out.mismatch = found;
-    Ok(out)
-}
-
-fn verify_partition_inner(
-    log: &dyn Log,
-    topic: Topic,
-    p: u32,
-    cps: &[Checkpoint],
-    report: &mut PartitionOutcome,
-    progress: &(dyn Fn(u64) + Sync),
-) -> Result<Option<Mismatch>> {
     let name = topic.name();
-    // Checkpoints in the order they start; `active` are those covering the
-    // current offset (normally one), so each record costs O(1) lookups.
-    let mut order: Vec<&Checkpoint> = cps.iter().collect();
-    order.sort_by_key(|c| (c.from, c.to));
-    let mut next = 0usize;
-    let mut active: Vec<&Checkpoint> = Vec::new();
-    let mut head = GENESIS;
+    type Digested = (u64, std::result::Result<[u8; 32], Mismatch>);
+    let mut ahead: Vec<Digested> = Vec::new();
     let mut at = 0u64;
-    loop {
-        let recs = log.read(topic, p, at, 4096)?;
-        if recs.is_empty() {
+    while !attested.is_set() && ahead.len() < DIGEST_AHEAD {
+        let mut broken = false;
+        let after = log.scan(topic, p, at, 4096, &mut |r| {
+            let d = digest_of(name, p, r.offset, r.payload);
+            broken = d.is_err();
+            ahead.push((r.offset, d));
+            if broken {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })?;
+        if after == at || broken {
             break;
         }
-        progress(recs.len() as u64);
-        for r in recs {
-            report.records += 1;
-            let o = r.offset;
-            active.retain(|c| c.to > o);
-            while next < order.len() && order[next].from <= o {
-                let c = order[next];
-                next += 1;
-                if c.to <= o {
-                    continue;
-                }
-                // A checkpoint's prev_head must be the chain head where it starts.
-                if c.from == o && c.prev_head != hex::encode(head) {
-                    return Ok(Some(mismatch(
-                        name,
-                        p,
-                        o,
-                        "chain head before this record differs from checkpoint",
-                        &c.prev_head,
-                        hex::encode(head),
-                    )));
-                }
-                active.push(c);
+        progress(after - at);
+        at = after;
+    }
+    let cps = attested.of(topic, p)?;
+    let mut check = ChainCheck::new(name, p, &cps);
+    for (o, d) in ahead {
+        if check.record(o, d).is_break() {
+            return Ok(check.outcome());
+        }
+    }
+    loop {
+        let after = log.scan(topic, p, at, 4096, &mut |r| {
+            check.record(r.offset, digest_of(name, p, r.offset, r.payload))
+        })?;
+        if check.found.is_some() {
+            return Ok(check.outcome());
+        }
+        if after == at {
+            break;
+        }
+        progress(after - at);
+        at = after;
+    }
+    check.end(at);
+    Ok(check.outcome())
+}
+
+/// The check of one partition's records, fed in offset order, against its
+/// checkpoints: digests where listed, and each checkpoint's link from the
+/// head before it to its head.
+struct ChainCheck<'a> {
+    name: &'a str,
+    p: u32,
+    cps: &'a [Checkpoint],
+    // Checkpoints in the order they start; `active` are those covering the
+    // current offset (normally one) with their link being computed, so each
+    // record costs O(1) work.
+    order: Vec<&'a Checkpoint>,
+    next: usize,
+    active: Vec<(&'a Checkpoint, Link)>,
+    // Heads verified so far, by the offset they end at: where the next link
+    // must start from. Several writers may each have chained checkpoints
+    // with different boundaries, hence a list.
+    heads: BTreeMap<u64, Vec<[u8; 32]>>,
+    records: u64,
+    covered: u64,
+    found: Option<Mismatch>,
+}
+
+impl<'a> ChainCheck<'a> {
+    fn new(name: &'a str, p: u32, cps: &'a [Checkpoint]) -> Self {
+        let mut order: Vec<&Checkpoint> = cps.iter().collect();
+        order.sort_by_key(|c| (c.from, c.to));
+        ChainCheck {
+            name,
+            p,
+            cps,
+            order,
+            next: 0,
+            active: Vec::new(),
+            heads: BTreeMap::from([(0, vec![GENESIS])]),
+            records: 0,
+            covered: 0,
+            found: None,
+        }
+    }
+
+    fn fail(&mut self, m: Mismatch) -> ControlFlow<()> {
+        self.found = Some(m);
+        ControlFlow::Break(())
+    }
+
+    fn record(
+        &mut self,
+        o: u64,
+        digest: std::result::Result<[u8; 32], Mismatch>,
+    ) -> ControlFlow<()> {
+        let (name, p) = (self.name, self.p);
+        self.records += 1;
+        while self.next < self.order.len() && self.order[self.next].from <= o {
+            let c = self.order[self.next];
+            self.next += 1;
+            if c.to <= o {
+                continue;
             }
-            if !active.is_empty() {
-                report.covered += 1;
+            // A link must start from a head already verified at its start.
+            let prev = from_hex32(&c.prev_head);
+            let known = self
+                .heads
+                .get(&c.from)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            if c.from != o || !prev.is_some_and(|h| known.contains(&h)) {
+                let found = known
+                    .first()
+                    .map(hex::encode)
+                    .unwrap_or_else(|| "no checkpoint ending here".into());
+                return self.fail(mismatch(
+                    name,
+                    p,
+                    o,
+                    "chain head before this record differs from checkpoint",
+                    &c.prev_head,
+                    found,
+                ));
             }
-            let d = match check_record(name, p, o, &r.payload, &active) {
-                Ok(d) => d,
-                Err(m) => return Ok(Some(m)),
-            };
-            head = fold(&head, o, &d);
-            if let Some(c) = active
-                .iter()
-                .find(|c| c.to == o + 1 && c.head != hex::encode(head))
-            {
-                return Ok(Some(mismatch(
+            self.active
+                .push((c, Link::new(&prev.unwrap_or(GENESIS), c.from, c.to)));
+        }
+        if !self.active.is_empty() {
+            self.covered += 1;
+        }
+        let checked =
+            digest.and_then(|d| check_digest(name, p, o, d, self.active.iter().map(|(c, _)| *c)));
+        let d = match checked {
+            Ok(d) => d,
+            Err(m) => return self.fail(m),
+        };
+        for (_, link) in &mut self.active {
+            link.push(&d);
+        }
+        while let Some(i) = self.active.iter().position(|(c, _)| c.to == o + 1) {
+            let (c, link) = self.active.swap_remove(i);
+            let head = link.head();
+            if c.head != hex::encode(head) {
+                return self.fail(mismatch(
                     name,
                     p,
                     o,
                     "chain head after this record differs from checkpoint",
                     &c.head,
                     hex::encode(head),
-                )));
+                ));
             }
-            at = o + 1;
+            let known = self.heads.entry(c.to).or_default();
+            if !known.contains(&head) {
+                known.push(head);
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// The log ends at `at`: checkpoints must not reach past it.
+    fn end(&mut self, at: u64) {
+        if let Some(c) = self.cps.iter().filter(|c| c.to > at).max_by_key(|c| c.to) {
+            let m = mismatch(
+                self.name,
+                self.p,
+                at,
+                "log is shorter than its checkpoints",
+                format!("records up to offset {}", c.to - 1),
+                format!("log ends at offset {at}"),
+            );
+            self.found = Some(m);
         }
     }
-    if let Some(c) = cps.iter().filter(|c| c.to > at).max_by_key(|c| c.to) {
-        return Ok(Some(mismatch(
-            name,
-            p,
-            at,
-            "log is shorter than its checkpoints",
-            format!("records up to offset {}", c.to - 1),
-            format!("log ends at offset {at}"),
-        )));
+
+    fn outcome(self) -> PartitionOutcome {
+        PartitionOutcome {
+            records: self.records,
+            covered: self.covered,
+            mismatch: self.found,
+            ..Default::default()
+        }
     }
-    Ok(None)
 }
 
 /// Verify an export file (JSON lines written by `export`) on its own.
@@ -363,7 +561,9 @@ pub fn verify_export(text: &str) -> std::result::Result<VerifyReport, String> {
             continue;
         }
         report.covered += 1;
-        if let Err(m) = check_record(&topic, p, o, &payload, &covering) {
+        let checked = digest_of(&topic, p, o, &payload)
+            .and_then(|d| check_digest(&topic, p, o, d, covering.iter().copied()));
+        if let Err(m) = checked {
             report.mismatches.push(m);
             continue;
         }

@@ -13,10 +13,11 @@
 //! off and logged; a bad frame followed by good ones is corruption, not a
 //! tear, and opening fails naming the file and position, cutting nothing.
 
-use super::{partition_for_key, Log, LogError, LogRecord, Topic};
+use super::{partition_for_key, Log, LogError, LogRecord, RecordRef, Topic};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -153,7 +154,9 @@ fn scan_frame(buf: &[u8], pos: usize) -> Scan {
     }
 }
 
-fn parse_frame(buf: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+/// The (key, payload) of the frame at the start of `buf`, if it is whole
+/// and its checksum matches.
+fn parse_frame(buf: &[u8]) -> Option<(&[u8], &[u8])> {
     let len = u32::from_le_bytes(buf.get(0..4)?.try_into().ok()?) as usize;
     let crc = u32::from_le_bytes(buf.get(4..8)?.try_into().ok()?);
     let body = buf.get(HEADER..HEADER + len)?;
@@ -161,8 +164,8 @@ fn parse_frame(buf: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
         return None;
     }
     let key_len = u32::from_le_bytes(body.get(0..4)?.try_into().ok()?) as usize;
-    let key = body.get(4..4 + key_len)?.to_vec();
-    let payload = body.get(4 + key_len..)?.to_vec();
+    let key = body.get(4..4 + key_len)?;
+    let payload = body.get(4 + key_len..)?;
     Some((key, payload))
 }
 
@@ -376,61 +379,126 @@ impl Partition {
         Ok(*self.synced.lock().map_err(|_| poisoned(&self.label))?)
     }
 
-    fn read(&self, from: u64, max: usize) -> Result<Vec<LogRecord>, LogError> {
+    /// What to read for `[from, from + max)`: per segment its file, path,
+    /// first offset, record positions and the byte where the last one ends.
+    /// Taken under the lock; the reading happens outside it.
+    fn read_plan(&self, from: u64, max: usize) -> Result<Vec<ReadSpan>, LogError> {
         let end = self.visible_end()?;
         if from >= end || max == 0 {
             return Ok(Vec::new());
         }
         let want_end = end.min(from.saturating_add(max as u64));
-        // Collect (file, byte range, positions) per segment under the lock,
-        // read outside it.
         let mut plan = Vec::new();
-        {
-            let st = self.state.lock().map_err(|_| poisoned(&self.label))?;
-            for seg in &st.segments {
-                let seg_end = seg.base + seg.positions.len() as u64;
-                if seg_end <= from || seg.base >= want_end {
-                    continue;
-                }
-                let lo = from.max(seg.base);
-                let hi = want_end.min(seg_end);
-                let positions: Vec<u64> =
-                    seg.positions[(lo - seg.base) as usize..(hi - seg.base) as usize].to_vec();
-                let byte_end = if hi == seg_end {
-                    seg.len
-                } else {
-                    seg.positions[(hi - seg.base) as usize]
-                };
-                plan.push((seg.file.clone(), seg.path.clone(), lo, positions, byte_end));
+        let st = self.state.lock().map_err(|_| poisoned(&self.label))?;
+        for seg in &st.segments {
+            let seg_end = seg.base + seg.positions.len() as u64;
+            if seg_end <= from || seg.base >= want_end {
+                continue;
             }
+            let lo = from.max(seg.base);
+            let hi = want_end.min(seg_end);
+            let positions: Vec<u64> =
+                seg.positions[(lo - seg.base) as usize..(hi - seg.base) as usize].to_vec();
+            let byte_end = if hi == seg_end {
+                seg.len
+            } else {
+                seg.positions[(hi - seg.base) as usize]
+            };
+            plan.push(ReadSpan {
+                file: seg.file.clone(),
+                path: seg.path.clone(),
+                first: lo,
+                positions,
+                byte_end,
+            });
         }
-        let mut out = Vec::with_capacity((want_end - from) as usize);
-        for (file, path, lo, positions, byte_end) in plan {
-            let Some(&start) = positions.first() else {
+        Ok(plan)
+    }
+
+    /// Read a plan's records into `buf` (reused between calls) and hand each
+    /// to `visit` as slices of it; stops when `visit` breaks. Returns the
+    /// offset after the last record visited.
+    fn visit_plan(
+        plan: Vec<ReadSpan>,
+        buf: &mut Vec<u8>,
+        visit: &mut dyn FnMut(RecordRef<'_>) -> ControlFlow<()>,
+    ) -> Result<Option<u64>, LogError> {
+        let mut last = None;
+        for span in plan {
+            let Some(&start) = span.positions.first() else {
                 continue;
             };
-            let mut buf = vec![0u8; (byte_end - start) as usize];
-            file.read_exact_at(&mut buf, start)
-                .map_err(|e| LogError::io(format!("read {}", path.display()), e))?;
-            for (i, pos) in positions.iter().enumerate() {
+            buf.clear();
+            buf.resize((span.byte_end - start) as usize, 0);
+            span.file
+                .read_exact_at(buf, start)
+                .map_err(|e| LogError::io(format!("read {}", span.path.display()), e))?;
+            for (i, pos) in span.positions.iter().enumerate() {
                 let at = (pos - start) as usize;
-                let offset = lo + i as u64;
+                let offset = span.first + i as u64;
                 let (key, payload) = parse_frame(&buf[at..]).ok_or_else(|| {
                     LogError::Corrupt(format!(
                         "{} at byte {pos} (record offset {offset}): frame checksum does not match",
-                        path.display()
+                        span.path.display()
                     ))
                 })?;
-                out.push(LogRecord {
-                    partition: 0,
+                last = Some(offset);
+                if visit(RecordRef {
                     offset,
                     key,
                     payload,
-                });
+                })
+                .is_break()
+                {
+                    return Ok(last);
+                }
             }
         }
+        Ok(last)
+    }
+
+    fn read(&self, from: u64, max: usize) -> Result<Vec<LogRecord>, LogError> {
+        let plan = self.read_plan(from, max)?;
+        let mut out = Vec::with_capacity(plan.iter().map(|s| s.positions.len()).sum());
+        Self::visit_plan(plan, &mut Vec::new(), &mut |r| {
+            out.push(LogRecord {
+                partition: 0,
+                offset: r.offset,
+                key: r.key.to_vec(),
+                payload: r.payload.to_vec(),
+            });
+            ControlFlow::Continue(())
+        })?;
         Ok(out)
     }
+
+    fn scan(
+        &self,
+        from: u64,
+        max: usize,
+        visit: &mut dyn FnMut(RecordRef<'_>) -> ControlFlow<()>,
+    ) -> Result<u64, LogError> {
+        thread_local! {
+            // One read buffer per thread, kept between calls: a fresh one per
+            // call would cost page faults on every pass over the log.
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let plan = self.read_plan(from, max)?;
+        BUF.with(|b| {
+            let mut buf = b.borrow_mut();
+            let last = Self::visit_plan(plan, &mut buf, visit)?;
+            Ok(last.map_or(from, |o| o + 1))
+        })
+    }
+}
+
+/// One segment's share of a read (see `read_plan`).
+struct ReadSpan {
+    file: Arc<File>,
+    path: PathBuf,
+    first: u64,
+    positions: Vec<u64>,
+    byte_end: u64,
 }
 
 fn poisoned(label: &str) -> LogError {
@@ -524,6 +592,17 @@ impl Log for EmbeddedLog {
             r.partition = partition;
         }
         Ok(recs)
+    }
+
+    fn scan(
+        &self,
+        topic: Topic,
+        partition: u32,
+        from: u64,
+        max: usize,
+        visit: &mut dyn FnMut(RecordRef<'_>) -> ControlFlow<()>,
+    ) -> Result<u64, LogError> {
+        self.partition(topic, partition)?.scan(from, max, visit)
     }
 
     fn end_offset(&self, topic: Topic, partition: u32) -> Result<u64, LogError> {

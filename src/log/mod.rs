@@ -10,6 +10,7 @@ pub mod embedded;
 pub mod kafka;
 
 use std::fmt;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 /// The topics of a ledger. Names on disk / on the broker share a prefix.
@@ -67,6 +68,14 @@ pub struct LogRecord {
     pub payload: Vec<u8>,
 }
 
+/// A record borrowed from the backend's read buffer (see [`Log::scan`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordRef<'a> {
+    pub offset: u64,
+    pub key: &'a [u8],
+    pub payload: &'a [u8],
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     #[error("{context}: {source}")]
@@ -115,6 +124,34 @@ pub trait Log: Send + Sync {
         from: u64,
         max: usize,
     ) -> Result<Vec<LogRecord>, LogError>;
+
+    /// Visit up to `max` records of one partition starting at `from`,
+    /// without handing over owned copies: for whole-log passes (verify)
+    /// where a copy per record costs more than the work done on it. The
+    /// visitor returns `Break` to stop early. Returns the offset after the
+    /// last record visited (`from` when there was none).
+    fn scan(
+        &self,
+        topic: Topic,
+        partition: u32,
+        from: u64,
+        max: usize,
+        visit: &mut dyn FnMut(RecordRef<'_>) -> ControlFlow<()>,
+    ) -> Result<u64, LogError> {
+        let mut next = from;
+        for r in self.read(topic, partition, from, max)? {
+            next = r.offset + 1;
+            let flow = visit(RecordRef {
+                offset: r.offset,
+                key: &r.key,
+                payload: &r.payload,
+            });
+            if flow.is_break() {
+                break;
+            }
+        }
+        Ok(next)
+    }
 
     /// The offset the next record of this partition will get.
     fn end_offset(&self, topic: Topic, partition: u32) -> Result<u64, LogError>;
