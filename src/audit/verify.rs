@@ -148,9 +148,20 @@ impl Attestations {
     }
 }
 
-/// Records digested ahead per partition while the checkpoints are still
-/// being read (40 bytes each): bounds the memory of that overlap.
+/// Records digested ahead, over all partitions, while the checkpoints are
+/// still being read (40 bytes each): bounds the memory of that overlap.
 const DIGEST_AHEAD: usize = 1 << 21;
+
+/// A partition's records digested before its checkpoints were known.
+struct Ahead {
+    topic: Topic,
+    p: u32,
+    digests: Vec<(u64, [u8; 32])>,
+    /// A record whose body did not match its digest: where digesting stopped.
+    broken: Option<(u64, Mismatch)>,
+    /// The offset after the last record digested.
+    at: u64,
+}
 
 /// Verify the whole log. `progress` is told how many records were read.
 /// Partitions are independent chains, so they are verified in parallel, one
@@ -173,8 +184,17 @@ pub fn verify_log(log: &dyn Log, progress: &(dyn Fn(u64) + Sync)) -> Result<Veri
         .map(|n| n.get())
         .unwrap_or(1)
         .min(parts.len() + 1);
-    // Job 0 reads the checkpoints; job i > 0 verifies partition i - 1.
+    // Job 0 reads the checkpoints; the others verify partitions, largest
+    // first so the threads finish together. Outcomes keep `parts` order.
+    let mut by_size: Vec<usize> = (0..parts.len()).collect();
+    let sizes: Vec<u64> = parts
+        .iter()
+        .map(|(t, p)| log.end_offset(*t, *p))
+        .collect::<std::result::Result<_, _>>()?;
+    by_size.sort_by_key(|&j| std::cmp::Reverse(sizes[j]));
     let next = std::sync::atomic::AtomicUsize::new(0);
+    let budget = std::sync::atomic::AtomicUsize::new(DIGEST_AHEAD);
+    let parked: std::sync::Mutex<Vec<(usize, Ahead)>> = std::sync::Mutex::new(Vec::new());
     let mut unreadable = Vec::new();
     let results: Vec<Result<Vec<(usize, PartitionOutcome)>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
@@ -197,10 +217,26 @@ pub fn verify_log(log: &dyn Log, progress: &(dyn Fn(u64) + Sync)) -> Result<Veri
                             done.push((0, PartitionOutcome::checkpoints(n, bad)));
                             continue;
                         }
-                        let Some((topic, p)) = parts.get(i - 1) else {
+                        if let Some(&j) = by_size.get(i - 1) {
+                            let (topic, p) = parts[j];
+                            let ahead = digest_ahead(log, topic, p, &attested, &budget, progress)?;
+                            if attested.is_set() {
+                                done.push((
+                                    j + 1,
+                                    finish_partition(log, ahead, &attested, progress)?,
+                                ));
+                            } else if let Ok(mut parked) = parked.lock() {
+                                // Checkpoints still being read: digest the
+                                // next partition rather than wait.
+                                parked.push((j + 1, ahead));
+                            }
+                            continue;
+                        }
+                        let job = parked.lock().ok().and_then(|mut q| q.pop());
+                        let Some((j, ahead)) = job else {
                             return Ok(done);
                         };
-                        done.push((i, verify_partition(log, *topic, *p, &attested, progress)?));
+                        done.push((j, finish_partition(log, ahead, &attested, progress)?));
                     }
                 })
             })
@@ -308,43 +344,78 @@ impl PartitionOutcome {
     }
 }
 
-/// Verify one partition: digest records ahead while the checkpoints are
-/// being read, then check every record against them in offset order.
-fn verify_partition(
+/// Digest a partition's records from the start while the checkpoints are
+/// being read, within the shared `budget` of records.
+fn digest_ahead(
     log: &dyn Log,
     topic: Topic,
     p: u32,
     attested: &Attestations,
+    budget: &std::sync::atomic::AtomicUsize,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<PartitionOutcome> {
+) -> Result<Ahead> {
+    use std::sync::atomic::Ordering;
     let name = topic.name();
-    type Digested = (u64, std::result::Result<[u8; 32], Mismatch>);
-    let mut ahead: Vec<Digested> = Vec::new();
-    let mut at = 0u64;
-    while !attested.is_set() && ahead.len() < DIGEST_AHEAD {
-        let mut broken = false;
-        let after = log.scan(topic, p, at, 4096, &mut |r| {
-            let d = digest_of(name, p, r.offset, r.payload);
-            broken = d.is_err();
-            ahead.push((r.offset, d));
-            if broken {
-                ControlFlow::Break(())
-            } else {
+    let mut ahead = Ahead {
+        topic,
+        p,
+        digests: Vec::new(),
+        broken: None,
+        at: 0,
+    };
+    const BATCH: usize = 4096;
+    while !attested.is_set()
+        && budget
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(BATCH))
+            .is_ok()
+    {
+        let after = log.scan(topic, p, ahead.at, BATCH, &mut |r| match digest_of(
+            name, p, r.offset, r.payload,
+        ) {
+            Ok(d) => {
+                ahead.digests.push((r.offset, d));
                 ControlFlow::Continue(())
             }
+            Err(m) => {
+                ahead.broken = Some((r.offset, m));
+                ControlFlow::Break(())
+            }
         })?;
-        if after == at || broken {
+        if after == ahead.at || ahead.broken.is_some() {
             break;
         }
-        progress(after - at);
-        at = after;
+        progress(after - ahead.at);
+        ahead.at = after;
     }
+    Ok(ahead)
+}
+
+/// Check a partition against its checkpoints (waiting for them): first the
+/// records digested ahead, then the rest read from the log.
+fn finish_partition(
+    log: &dyn Log,
+    ahead: Ahead,
+    attested: &Attestations,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<PartitionOutcome> {
+    let Ahead {
+        topic,
+        p,
+        digests,
+        broken,
+        mut at,
+    } = ahead;
+    let name = topic.name();
     let cps = attested.of(topic, p)?;
     let mut check = ChainCheck::new(name, p, &cps);
-    for (o, d) in ahead {
-        if check.record(o, d).is_break() {
+    for (o, d) in digests {
+        if check.record(o, Ok(d)).is_break() {
             return Ok(check.outcome());
         }
+    }
+    if let Some((o, m)) = broken {
+        let _ = check.record(o, Err(m));
+        return Ok(check.outcome());
     }
     loop {
         let after = log.scan(topic, p, at, 4096, &mut |r| {
@@ -586,4 +657,86 @@ pub fn verify_export(text: &str) -> std::result::Result<VerifyReport, String> {
         .mismatches
         .sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
+    use std::sync::atomic::AtomicUsize;
+
+    fn attestations() -> Attestations {
+        Attestations {
+            ready: std::sync::Mutex::new(None),
+            cv: std::sync::Condvar::new(),
+            done: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// A log of synthetic events plus one ledger record whose body does not
+    /// match its digest; returns where that record is.
+    fn log_with_a_broken_record(dir: &std::path::Path) -> (EmbeddedLog, u32, u64) {
+        let log = EmbeddedLog::open(dir, &EmbeddedConfig::default()).unwrap();
+        crate::synthetic::write_synthetic_log(&log, 6000).unwrap();
+        // A copy of a real record with its last body byte flipped.
+        let mut rec = log.read(Topic::Ledger, 0, 0, 1).unwrap().remove(0);
+        let n = rec.payload.len();
+        rec.payload[n - 1] ^= 1;
+        let at = log
+            .append(Topic::Ledger, &[(rec.key, rec.payload)])
+            .unwrap();
+        (log, at[0].0, at[0].1)
+    }
+
+    #[test]
+    fn a_broken_record_found_while_digesting_ahead_is_named() {
+        let d = tempfile::tempdir().unwrap();
+        let (log, p, off) = log_with_a_broken_record(d.path());
+        let att = attestations();
+        let budget = AtomicUsize::new(DIGEST_AHEAD);
+        let ahead = digest_ahead(&log, Topic::Ledger, p, &att, &budget, &|_| {}).unwrap();
+        assert_eq!(ahead.broken.as_ref().map(|(o, _)| *o), Some(off));
+        att.set(ByPartition::new());
+        let out = finish_partition(&log, ahead, &att, &|_| {}).unwrap();
+        let m = out.mismatch.expect("a mismatch");
+        assert_eq!((m.partition, m.offset), (p, off));
+        assert!(m.what.contains("body does not match"), "{m}");
+    }
+
+    #[test]
+    fn digesting_ahead_stops_at_the_budget_and_the_rest_is_read_after() {
+        let d = tempfile::tempdir().unwrap();
+        let log = EmbeddedLog::open(d.path(), &EmbeddedConfig::default()).unwrap();
+        crate::synthetic::write_synthetic_log(&log, 20_000).unwrap();
+        let p = (0..log.partitions(Topic::Ledger))
+            .max_by_key(|p| log.end_offset(Topic::Ledger, *p).unwrap())
+            .unwrap();
+        let end = log.end_offset(Topic::Ledger, p).unwrap();
+        assert!(end > 4096, "partition too small for the test: {end}");
+        let att = attestations();
+        let budget = AtomicUsize::new(4096);
+        let ahead = digest_ahead(&log, Topic::Ledger, p, &att, &budget, &|_| {}).unwrap();
+        assert_eq!(ahead.digests.len(), 4096);
+        assert_eq!(ahead.at, 4096);
+        // A second partition gets nothing ahead: the budget is spent.
+        let other = digest_ahead(&log, Topic::Registry, 0, &att, &budget, &|_| {}).unwrap();
+        assert!(other.digests.is_empty());
+        att.set(ByPartition::new());
+        let out = finish_partition(&log, ahead, &att, &|_| {}).unwrap();
+        assert!(out.mismatch.is_none());
+        assert_eq!(out.records, end);
+    }
+
+    #[test]
+    fn verify_log_finds_the_broken_record_whatever_the_schedule() {
+        let d = tempfile::tempdir().unwrap();
+        let (log, p, off) = log_with_a_broken_record(d.path());
+        let report = verify_log(&log, &|_| {}).unwrap();
+        let m = report.first().expect("a mismatch");
+        assert_eq!(
+            (m.topic.as_str(), m.partition, m.offset),
+            ("ledger", p, off)
+        );
+        assert_eq!(report.mismatches.len(), 1);
+    }
 }
