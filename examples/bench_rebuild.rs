@@ -58,9 +58,13 @@ fn main() {
     let mut base_rates = Vec::new();
     for rep in 0..reps {
         let vdir = tmp.path().join(format!("views{rep}"));
+        let views = Views::open(&vdir).unwrap();
         let t = Instant::now();
-        let applied = project_all(&log, &Views::open(&vdir).unwrap(), &|_| {}).unwrap();
+        let applied = project_all(&log, &views, &|_| {}).unwrap();
+        // Durable, like the baseline: `agentledger rebuild` flushes too.
+        views.flush().unwrap();
         let secs = t.elapsed().as_secs_f64();
+        drop(views);
         assert_eq!(applied as usize, events + 2);
         let r = applied as f64 / secs;
         let b = baseline(&tmp.path().join(format!("base{rep}")), events);

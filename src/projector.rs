@@ -75,15 +75,15 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
         );
         return Ok(Applied::Conflict);
     }
-    txn.set_trail_step(
-        run_id,
-        rec.step,
-        TrailPointer {
-            partition: pos.partition,
-            offset: pos.offset,
-            digest8,
-        },
-    )?;
+    let pointer = TrailPointer {
+        partition: pos.partition,
+        offset: pos.offset,
+        digest8,
+    };
+    // A run's opening step is stored with the run state it creates.
+    if !matches!(rec.event, LedgerEvent::RunOpened(_)) {
+        txn.set_trail_step(run_id, rec.step, pointer)?;
+    }
     let step = rec.step;
     match rec.event {
         LedgerEvent::AgentPublished(_) => {}
@@ -107,6 +107,7 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
                 closed_at: None,
                 dispatched: false,
                 refused_listeners: Vec::new(),
+                trail: vec![(step, pointer)],
             });
             if let (Some(root), Some(hop)) = (&e.root, e.hop) {
                 let chain = txn.chain_mut(root)?;

@@ -62,8 +62,15 @@ fn run_apply(dir: &std::path::Path, ops: &[Value]) -> Vec<Value> {
         .collect()
 }
 
-/// Start `apply`, kill it after `delay`; returns the answers it had printed.
-fn killed_apply(dir: &std::path::Path, ops: &[Value], delay: Duration) -> Vec<(Value, Value)> {
+/// Start `apply`, kill it once it has printed `after` answers and `delay`
+/// more has passed (so the kill lands inside an operation, wherever that
+/// is, however fast this machine runs); returns the answers it had printed.
+fn killed_apply(
+    dir: &std::path::Path,
+    ops: &[Value],
+    after: usize,
+    delay: Duration,
+) -> Vec<(Value, Value)> {
     let mut child = bin()
         .arg("--data")
         .arg(dir)
@@ -79,22 +86,34 @@ fn killed_apply(dir: &std::path::Path, ops: &[Value], delay: Duration) -> Vec<(V
         let _ = stdin.write_all(input.as_bytes());
     });
     let stdout = child.stdout.take().unwrap();
+    let printed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = printed.clone();
     let reader = std::thread::spawn(move || {
         let mut lines = Vec::new();
         for l in BufReader::new(stdout).lines() {
             match l {
-                Ok(l) => lines.push(l),
+                Ok(l) => {
+                    lines.push(l);
+                    seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
                 Err(_) => break,
             }
         }
         lines
     });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while printed.load(std::sync::atomic::Ordering::SeqCst) < after && Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
     let started = Instant::now();
     while started.elapsed() < delay {
         if child.try_wait().unwrap().is_some() {
             break;
         }
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(Duration::from_micros(200));
     }
     let _ = child.kill(); // SIGKILL on Unix
     let _ = child.wait();
@@ -116,18 +135,15 @@ fn killed_apply(dir: &std::path::Path, ops: &[Value], delay: Duration) -> Vec<(V
 #[test]
 fn sigkill_during_apply_and_dispatch_loses_nothing_acknowledged() {
     let ops = script();
-    // Calibrate: how long does the whole script take here?
-    let calib = tempfile::tempdir().unwrap();
-    let t = Instant::now();
-    let full = run_apply(calib.path(), &ops);
-    assert_eq!(full.len(), ops.len());
-    let full_ms = t.elapsed().as_millis().max(20) as u64;
     let mut rng = rand::rngs::StdRng::seed_from_u64(0xA11CE);
     let mut killed_mid_way = 0;
     for trial in 0..TRIALS {
         let d = tempfile::tempdir().unwrap();
-        let delay = Duration::from_millis(rng.gen_range(5..full_ms));
-        let acked = killed_apply(d.path(), &ops, delay);
+        // After a random number of answers, a random fraction of an
+        // operation (an fsync is a few milliseconds).
+        let after = rng.gen_range(0..ops.len());
+        let delay = Duration::from_micros(rng.gen_range(0..4000));
+        let acked = killed_apply(d.path(), &ops, after, delay);
         if acked.len() < ops.len() {
             killed_mid_way += 1;
         }

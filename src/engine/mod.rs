@@ -151,7 +151,22 @@ impl Engine {
 
     /// The data dir's views and content store around a log, caught up.
     fn open_on(dd: DataDir, lock: File, log: Arc<dyn Log>, opts: EngineOptions) -> Result<Self> {
-        let views = Views::open(dd.views())?;
+        let views = match Views::open(dd.views()) {
+            // Views are a projection of the log: an older format is simply
+            // projected again (the catch-up below), as `rebuild` would.
+            Err(crate::views::ViewError::StaleFormat { found, want }) => {
+                tracing::warn!(
+                    found,
+                    want,
+                    "views in an older format; projecting them again from the log"
+                );
+                std::fs::remove_dir_all(dd.views()).map_err(|e| {
+                    LedgerError::Other(format!("remove old views {}: {e}", dd.views().display()))
+                })?;
+                Views::open(dd.views())?
+            }
+            other => other?,
+        };
         let store = ContentStore::open(dd.blobs())?;
         let mut engine = Self::with_parts(log, views, store, opts);
         engine._lock = Some(lock);

@@ -116,6 +116,7 @@ pub(crate) mod tests {
             closed_at: None,
             dispatched: false,
             refused_listeners: vec![],
+            trail: vec![],
         }
     }
 

@@ -15,6 +15,7 @@ pub const FINISHED: u8 = b'f';
 pub const CURSOR: u8 = b'd';
 pub const TASK: u8 = b'k';
 pub const CHECKPOINTED: u8 = b'x';
+pub const FORMAT: u8 = b'_';
 
 pub const ALL_PREFIXES: [(u8, &str); 11] = [
     (OFFSET, "offsets"),
@@ -56,6 +57,10 @@ pub fn listener_prefix(event: &str) -> Vec<u8> {
 }
 pub fn listener(event: &str, agent: &str) -> Vec<u8> {
     with(LISTENER, &[event.as_bytes(), &[0], agent.as_bytes()])
+}
+/// The one key saying which `VIEWS_FORMAT` the views are in.
+pub fn format() -> Vec<u8> {
+    vec![FORMAT]
 }
 pub fn run(run: &str) -> Vec<u8> {
     with(RUN, &[run.as_bytes()])

@@ -26,7 +26,19 @@ pub enum ViewError {
         #[source]
         source: codec::CodecError,
     },
+    #[error("views are inconsistent: {0}; run `agentledger rebuild`")]
+    Inconsistent(String),
+    #[error(
+        "views were written in format {found}, this build keeps format {want}; \
+         run `agentledger rebuild` (the log has everything)"
+    )]
+    StaleFormat { found: u32, want: u32 },
 }
+
+/// Version of what the views hold and how. Views are a projection of the
+/// log, so a change only means rebuilding them; this says when to.
+/// 1: first page of a run's trail under its own key. 2: inside the run state.
+pub const VIEWS_FORMAT: u32 = 2;
 
 pub struct Views {
     db: sled::Db,
@@ -55,6 +67,20 @@ impl Views {
             .cache_capacity(256 * 1024 * 1024)
             .open()?;
         let tree = db.open_tree("views")?;
+        let found = match tree.get(keys::format())? {
+            Some(v) => decode::<u32>(&keys::format(), &v)?,
+            None if tree.is_empty() => {
+                tree.insert(keys::format(), encode(&VIEWS_FORMAT))?;
+                VIEWS_FORMAT
+            }
+            None => 1,
+        };
+        if found != VIEWS_FORMAT {
+            return Err(ViewError::StaleFormat {
+                found,
+                want: VIEWS_FORMAT,
+            });
+        }
         Ok(Self { db, tree })
     }
 
@@ -173,7 +199,10 @@ impl Views {
     /// Where each step of a run's trail sits in the ledger, in step order.
     pub fn trail_pointers(&self, run: &str) -> Result<Vec<(u32, TrailPointer)>, ViewError> {
         let prefix = keys::trail_prefix(run);
-        let mut out = Vec::new();
+        let mut out = match self.run(run)? {
+            Some(state) => state.trail,
+            None => Vec::new(),
+        };
         for kv in self.tree.scan_prefix(&prefix) {
             let (k, v) = kv?;
             let page: TrailPage = decode(&k, &v)?;

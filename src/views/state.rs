@@ -38,6 +38,10 @@ pub struct RunState {
     pub dispatched: bool,
     /// `event id/agent` pairs already refused, so a redelivery records nothing twice.
     pub refused_listeners: Vec<String>,
+    /// Where the run's first `TRAIL_PAGE` steps sit in the log. Nearly every
+    /// run fits, so its trail costs no view write of its own; later pages
+    /// have keys of their own.
+    pub trail: TrailPage,
 }
 
 /// An agent event a run published, as the views keep it.

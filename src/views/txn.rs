@@ -133,6 +133,15 @@ impl<'a> ViewTxn<'a> {
     }
 
     fn page_mut(&mut self, run: &str, step: u32) -> Result<&mut TrailPage, ViewError> {
+        if step < keys::TRAIL_PAGE {
+            // The first page lives in the run state.
+            return match self.run_mut(run)? {
+                Some(state) => Ok(&mut state.trail),
+                None => Err(ViewError::Inconsistent(format!(
+                    "trail step {step} of run {run:?}, which the views do not hold"
+                ))),
+            };
+        }
         let key = keys::trail_page(run, step);
         if !self.pages.contains_key(&key) {
             let page: TrailPage = match self.views.tree().get(&key)? {

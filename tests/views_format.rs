@@ -1,0 +1,75 @@
+//! The views' own format: a run's first trail page lives in its run state
+//! and later pages under keys of their own; views written in an older
+//! format are refused by `Views::open` and projected again by the engine.
+
+mod common;
+
+use agentledger::engine::{Engine, EngineOptions};
+use agentledger::views::{keys, ViewError, Views, VIEWS_FORMAT};
+use serde_json::json;
+
+/// A run with `reads` refused reads after its opening: one step each.
+fn long_run(l: &mut common::Ledger, run: &str, reads: usize) {
+    l.publish("worker", "acme/platform", &[], &[]);
+    l.open_run(run, "worker");
+    for _ in 0..reads {
+        l.refused(json!({"op":"read_artifact","run":run,"name":"nothing_here"}));
+    }
+}
+
+#[test]
+fn a_trail_longer_than_a_page_keeps_every_step_in_order() {
+    let d = tempfile::tempdir().unwrap();
+    let mut l = common::Ledger::open(d.path());
+    let steps = 3 * keys::TRAIL_PAGE as usize + 5;
+    long_run(&mut l, "big", steps - 1);
+    let trail = l.engine.trail("big", false).unwrap();
+    let numbers: Vec<u32> = trail.iter().map(|s| s.step).collect();
+    assert_eq!(numbers, (0..steps as u32).collect::<Vec<_>>());
+    // The first page is in the run state, the rest under page keys.
+    assert_eq!(l.run("big").trail.len(), keys::TRAIL_PAGE as usize);
+    let page_keys = l
+        .engine
+        .views()
+        .tree()
+        .scan_prefix(keys::trail_prefix("big"))
+        .count();
+    assert_eq!(page_keys, 3);
+    // And a rebuild gives the same views.
+    drop(l);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .arg("--data")
+        .arg(d.path())
+        .args(["--json", "rebuild"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["identical"], true, "{report}");
+}
+
+#[test]
+fn views_in_an_older_format_are_refused_then_projected_again() {
+    let d = tempfile::tempdir().unwrap();
+    let before = {
+        let mut l = common::Ledger::open(d.path());
+        long_run(&mut l, "r1", 3);
+        l.engine.trail("r1", false).unwrap()
+    };
+    let views_dir = d.path().join("views");
+    {
+        let v = Views::open(&views_dir).unwrap();
+        v.tree()
+            .insert(keys::format(), agentledger::codec::to_bytes(&1u32).unwrap())
+            .unwrap();
+        v.flush().unwrap();
+    }
+    match Views::open(&views_dir) {
+        Err(ViewError::StaleFormat { found, want }) => {
+            assert_eq!((found, want), (1, VIEWS_FORMAT));
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("stale views opened"),
+    }
+    let engine = Engine::open_embedded(d.path(), EngineOptions::default()).unwrap();
+    assert_eq!(engine.trail("r1", false).unwrap(), before);
+}
