@@ -46,6 +46,15 @@ fn raw_producer(brokers: &str, tx: mpsc::Sender<bool>) -> ThreadedProducer<Ctx> 
         .unwrap()
 }
 
+/// As the CLI runs on Kafka: views may be up to 100 ms old when an
+/// operation is decided (`--max-staleness-ms`, its default).
+fn options() -> EngineOptions {
+    EngineOptions {
+        max_staleness: Duration::from_millis(100),
+        ..EngineOptions::default()
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let brokers = args
@@ -62,8 +71,7 @@ fn main() {
     };
 
     // 1. Through the engine.
-    let mut engine =
-        Engine::open_kafka(dir.path().join("engine"), &cfg, EngineOptions::default()).unwrap();
+    let mut engine = Engine::open_kafka(dir.path().join("engine"), &cfg, options()).unwrap();
     apply_value(
         &mut engine,
         &json!({"op":"publish_agent","agent":"a","scope":"acme/x","listens":[],"emits":[]}),

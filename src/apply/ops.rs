@@ -242,8 +242,21 @@ pub fn apply_value(engine: &mut Engine, v: &Value) -> Result<Value, OpError> {
         }
         None => return Err(OpError::BadRequest("missing field `op`".into())),
     };
-    // Another instance may have written since: decide on the latest views.
-    engine.catch_up(&|_| {})?;
+    // Another instance may have written since: decide on views at most
+    // `max_staleness` old. An entity we do not know of may be what we have
+    // not seen yet, so such a refusal is decided again on caught-up views
+    // (these refusals record nothing, so deciding twice is harmless).
+    let fresh = engine.refresh()?;
+    match apply_op(engine, op, v) {
+        Err(e) if !fresh && matches!(e.code(), "unknown_agent" | "unknown_run") => {
+            engine.catch_up(&|_| {})?;
+            apply_op(engine, op, v)
+        }
+        answer => answer,
+    }
+}
+
+fn apply_op(engine: &mut Engine, op: &str, v: &Value) -> Result<Value, OpError> {
     match op {
         "publish_agent" => {
             let r: PublishIn = parse(op, v)?;

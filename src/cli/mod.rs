@@ -45,6 +45,12 @@ pub struct Cli {
     /// Replication factor of the topics when they are created (Kafka).
     #[arg(long, global = true, default_value_t = 1)]
     pub replication: u16,
+    /// On Kafka, how many milliseconds old the views may be when an
+    /// operation is decided (catching up asks the broker for its offsets).
+    /// Another writer's records are never lost either way; a lost race for
+    /// the same step is answered `conflict`. 0 = catch up before every one.
+    #[arg(long, global = true, default_value_t = 100)]
+    pub max_staleness_ms: u64,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -167,6 +173,10 @@ pub fn options(cli: &Cli) -> EngineOptions {
         env!("CARGO_PKG_VERSION"),
         std::process::id()
     );
+    // On the embedded log catching up is a look at an in-memory offset.
+    if cli.kafka.is_some() {
+        o.max_staleness = std::time::Duration::from_millis(cli.max_staleness_ms);
+    }
     o
 }
 

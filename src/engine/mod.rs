@@ -15,7 +15,7 @@ pub use runs::{CloseAnswer, CloseRun, OpenAnswer, ReadAnswer};
 
 use crate::codec;
 use crate::content_store::ContentStore;
-use crate::error::{LedgerError, Result};
+use crate::error::{LedgerError, Refusal, Result};
 use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use crate::log::{Log, Topic};
 use crate::loops::{AgentIndex, LoopBounds};
@@ -25,6 +25,7 @@ use crate::views::Views;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How many records the projector folds into one atomic view batch.
 pub const PROJECT_BATCH: usize = 2000;
@@ -48,6 +49,13 @@ pub struct EngineOptions {
     pub clock: Clock,
     pub loop_bounds: LoopBounds,
     pub embedded: EmbeddedConfig,
+    /// How old the views may be when an operation is decided. Zero (the
+    /// default) catches up with the log before every operation; on Kafka
+    /// that is a round trip to the broker, so a small bound saves it on
+    /// back-to-back operations. Records another writer appended meanwhile
+    /// are never lost: a commit that finds them projects them first, and an
+    /// operation that lost a race for the same step is answered `conflict`.
+    pub max_staleness: Duration,
 }
 
 impl Default for EngineOptions {
@@ -57,6 +65,7 @@ impl Default for EngineOptions {
             clock: system_clock(),
             loop_bounds: LoopBounds::default(),
             embedded: EmbeddedConfig::default(),
+            max_staleness: Duration::ZERO,
         }
     }
 }
@@ -136,6 +145,8 @@ pub struct Engine {
     /// In-memory index of current agent versions for the loop search;
     /// built from the views on first use.
     agent_index: Option<AgentIndex>,
+    /// When the views last caught up with the whole log.
+    caught_up_at: Option<std::time::Instant>,
     _lock: Option<File>,
 }
 
@@ -200,6 +211,7 @@ impl Engine {
             store,
             opts,
             agent_index: None,
+            caught_up_at: None,
             _lock: None,
         }
     }
@@ -309,6 +321,9 @@ impl Engine {
             } else {
                 let until = recs.last().map(|(o, _)| o + 1);
                 project_partition(self.log.as_ref(), &self.views, topic, part, until, &|_| {})?;
+                for (offset, i) in &recs {
+                    self.check_landed(&pending[*i], part, *offset)?;
+                }
             }
         }
         self.checkpoint(false)?;
@@ -363,7 +378,59 @@ impl Engine {
     /// Project every record the views have not applied yet. Registry first,
     /// so a run's version is always known by the time its records arrive.
     pub fn catch_up(&mut self, progress: &dyn Fn(u64)) -> Result<u64> {
-        project_all(self.log.as_ref(), &self.views, progress)
+        let started = std::time::Instant::now();
+        let applied = project_all(self.log.as_ref(), &self.views, progress)?;
+        self.caught_up_at = Some(started);
+        Ok(applied)
+    }
+
+    /// Catch up unless the views are younger than `max_staleness`; says
+    /// whether it did.
+    pub fn refresh(&mut self) -> Result<bool> {
+        let young = self
+            .caught_up_at
+            .is_some_and(|t| t.elapsed() < self.opts.max_staleness);
+        if young {
+            return Ok(false);
+        }
+        self.catch_up(&|_| {})?;
+        Ok(true)
+    }
+
+    /// After projecting records of other writers that came before ours:
+    /// fail the operation if one of ours was kept out as a second decision
+    /// for something another writer had already decided.
+    fn check_landed(&self, p: &Pending, partition: u32, offset: u64) -> Result<()> {
+        let conflict = |what: String| -> LedgerError {
+            Refusal::new(
+                "conflict",
+                format!(
+                    "{what} was decided by another writer first; this operation was not applied \
+                     (its record at {}/{partition}@{offset} is kept out of the views); decide it again",
+                    p.topic
+                ),
+            )
+            .into()
+        };
+        match &p.event {
+            LedgerEvent::AgentPublished(v) => {
+                if self.views.version(&v.agent, v.version)?.as_ref() != Some(v) {
+                    return Err(conflict(format!(
+                        "version {} of agent {:?}",
+                        v.version, v.agent
+                    )));
+                }
+            }
+            ev => {
+                if let Some(run) = ev.trail_run() {
+                    let held = self.views.trail_pointer(run, p.step)?;
+                    if !held.is_some_and(|h| h.partition == partition && h.offset == offset) {
+                        return Err(conflict(format!("step {} of run {run:?}", p.step)));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -196,6 +196,22 @@ impl Views {
         self.get_typed(&keys::chain(root))
     }
 
+    /// Where one step of a run's trail sits in the ledger.
+    pub fn trail_pointer(&self, run: &str, step: u32) -> Result<Option<TrailPointer>, ViewError> {
+        let page: TrailPage = if step < keys::TRAIL_PAGE {
+            match self.run(run)? {
+                Some(state) => state.trail,
+                None => return Ok(None),
+            }
+        } else {
+            match self.get_typed(&keys::trail_page(run, step))? {
+                Some(page) => page,
+                None => return Ok(None),
+            }
+        };
+        Ok(page.into_iter().find(|(s, _)| *s == step).map(|(_, p)| p))
+    }
+
     /// Where each step of a run's trail sits in the ledger, in step order.
     pub fn trail_pointers(&self, run: &str) -> Result<Vec<(u32, TrailPointer)>, ViewError> {
         let prefix = keys::trail_prefix(run);

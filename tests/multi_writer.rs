@@ -1,0 +1,102 @@
+//! Two engines writing one log, each deciding on views up to an hour old
+//! (`max_staleness`): a decision that lost the race for a step is answered
+//! `conflict` and kept out of the views, the winner's record stands in
+//! both; an entity only the other engine has seen yet is found by catching
+//! up before refusing. On the embedded log (two engines over one log
+//! object) and on Kafka (two engines on the same topics).
+
+mod common;
+mod support;
+
+use agentledger::apply::apply_value;
+use agentledger::content_store::ContentStore;
+use agentledger::engine::{Engine, EngineOptions};
+use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
+use agentledger::log::kafka::KafkaConfig;
+use agentledger::views::Views;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn stale_ok() -> EngineOptions {
+    EngineOptions {
+        max_staleness: Duration::from_secs(3600),
+        ..common::fixed_clock_options()
+    }
+}
+
+fn code(engine: &mut Engine, op: Value) -> String {
+    match apply_value(engine, &op) {
+        Ok(a) => format!("ok: {a}"),
+        Err(e) => e.code().to_string(),
+    }
+}
+
+fn ok(engine: &mut Engine, op: Value) -> Value {
+    apply_value(engine, &op).unwrap_or_else(|e| panic!("{op}: {e}"))
+}
+
+fn race(a: &mut Engine, b: &mut Engine) {
+    ok(
+        a,
+        json!({"op":"publish_agent","agent":"worker","scope":"acme/platform","listens":[],"emits":[]}),
+    );
+    b.catch_up(&|_| {}).unwrap();
+    // B's views are now "fresh" for an hour: it will not see A's run.
+    ok(a, json!({"op":"open_run","run":"x","agent":"worker"}));
+    assert_eq!(
+        code(b, json!({"op":"open_run","run":"x","agent":"worker"})),
+        "conflict"
+    );
+    // Losing the race brought A's record into B's views.
+    assert_eq!(
+        code(b, json!({"op":"open_run","run":"x","agent":"worker"})),
+        "run_exists"
+    );
+    let in_a = a.trail("x", false).unwrap();
+    let in_b = b.trail("x", false).unwrap();
+    assert_eq!(in_a.len(), 1);
+    assert_eq!(in_a, in_b);
+    // An agent only A has published: B catches up instead of refusing.
+    ok(
+        a,
+        json!({"op":"publish_agent","agent":"newbie","scope":"acme/platform","listens":[],"emits":[]}),
+    );
+    let opened = ok(b, json!({"op":"open_run","run":"y","agent":"newbie"}));
+    assert_eq!(opened["ok"], true, "{opened}");
+    // Both keep working on the same runs afterwards.
+    a.catch_up(&|_| {}).unwrap();
+    assert_eq!(
+        a.views().run("y").unwrap().map(|r| r.agent),
+        Some("newbie".to_string())
+    );
+}
+
+#[test]
+fn embedded_two_writers_conflict_and_catch_up() {
+    let d = tempfile::tempdir().unwrap();
+    let log =
+        Arc::new(EmbeddedLog::open(d.path().join("log"), &EmbeddedConfig::default()).unwrap());
+    let engine = |name: &str| {
+        Engine::with_parts(
+            log.clone(),
+            Views::open(d.path().join(format!("views-{name}"))).unwrap(),
+            ContentStore::open(d.path().join(format!("blobs-{name}"))).unwrap(),
+            stale_ok(),
+        )
+    };
+    let (mut a, mut b) = (engine("a"), engine("b"));
+    race(&mut a, &mut b);
+}
+
+#[test]
+fn kafka_two_writers_conflict_and_catch_up() {
+    let cfg = KafkaConfig {
+        topic_prefix: support::unique_prefix("multi"),
+        ..KafkaConfig::new(support::required_env(support::KAFKA_ENV))
+    };
+    let d = tempfile::tempdir().unwrap();
+    let mut a = Engine::open_kafka(d.path().join("a"), &cfg, stale_ok()).unwrap();
+    let mut b = Engine::open_kafka(d.path().join("b"), &cfg, stale_ok()).unwrap();
+    race(&mut a, &mut b);
+}
