@@ -11,6 +11,9 @@ use agentledger::views::Views;
 use std::time::Instant;
 
 // The same allocator as the `agentledger` binary.
+mod support;
+use support::{events_and_reps, median};
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -34,18 +37,8 @@ fn baseline(dir: &std::path::Path, events: usize) -> f64 {
     events as f64 / t.elapsed().as_secs_f64()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let events: usize = args
-        .get(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1_000_000);
-    let reps: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(3);
+    let (events, reps) = events_and_reps();
     let tmp = tempfile::tempdir().unwrap();
     let t = Instant::now();
     let log = EmbeddedLog::open(tmp.path().join("log"), &EmbeddedConfig::default()).unwrap();

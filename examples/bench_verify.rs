@@ -15,6 +15,9 @@ use sha2::{Digest, Sha256};
 use std::ops::ControlFlow;
 use std::time::Instant;
 
+mod support;
+use support::{events_and_reps, median};
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -45,18 +48,8 @@ fn baseline(log: &dyn Log) -> (u64, u64, f64) {
     (n, bytes, t.elapsed().as_secs_f64())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let events: usize = args
-        .get(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1_000_000);
-    let reps: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(3);
+    let (events, reps) = events_and_reps();
     let tmp = tempfile::tempdir().unwrap();
     let log = EmbeddedLog::open(tmp.path(), &EmbeddedConfig::default()).unwrap();
     write_synthetic_log(&log, events).unwrap();

@@ -197,13 +197,7 @@ fn context_state_survives_rebuild_identically() {
         l.ok(json!({"op":"return_context","task":"t1","agent":"hotel","agent_context":done(&a)}));
         l.refused(json!({"op":"get_context","task":"t1","agent":"nobody"}));
     }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentledger"))
-        .arg("--data")
-        .arg(d.path())
-        .args(["--json", "rebuild"])
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (_, report) = common::rebuild_report(d.path());
     assert_eq!(report["identical"], true, "{report}");
     let l = Ledger::open(d.path());
     let st = l.engine.views().task("t1").unwrap().unwrap();

@@ -210,14 +210,8 @@ fn sigkill_during_apply_and_dispatch_loses_nothing_acknowledged() {
         }
         drop(log);
         // The live views equal a clean rebuild.
-        let out = bin()
-            .arg("--data")
-            .arg(d.path())
-            .args(["--json", "rebuild"])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(0));
-        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let (code, report) = common::rebuild_report(d.path());
+        assert_eq!(code, Some(0));
         assert_eq!(report["identical"], true, "trial {trial}: {report}");
     }
     assert!(

@@ -37,13 +37,7 @@ fn a_trail_longer_than_a_page_keeps_every_step_in_order() {
     assert_eq!(page_keys, 3);
     // And a rebuild gives the same views.
     drop(l);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentledger"))
-        .arg("--data")
-        .arg(d.path())
-        .args(["--json", "rebuild"])
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (_, report) = common::rebuild_report(d.path());
     assert_eq!(report["identical"], true, "{report}");
 }
 

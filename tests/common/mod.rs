@@ -157,3 +157,21 @@ impl Ledger {
         runs
     }
 }
+
+/// Run `agentledger --json rebuild` on a data dir: its exit code and report
+/// (`identical` says whether the rebuilt views equal the live ones).
+pub fn rebuild_report(dir: &Path) -> (Option<i32>, Value) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .arg("--data")
+        .arg(dir)
+        .args(["--json", "rebuild"])
+        .output()
+        .expect("run agentledger rebuild");
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "rebuild printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), report)
+}
