@@ -19,7 +19,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn baseline(dir: &std::path::Path, events: usize) -> f64 {
     let views = Views::open(dir).unwrap();
-    let tree = views.tree();
+    let tree = views.tree().unwrap();
     let value = vec![7u8; 150 - 16];
     let t = Instant::now();
     let mut n = 0usize;

@@ -32,6 +32,7 @@ fn a_trail_longer_than_a_page_keeps_every_step_in_order() {
         .engine
         .views()
         .tree()
+        .unwrap()
         .scan_prefix(keys::trail_prefix("big"))
         .count();
     assert_eq!(page_keys, 3);
@@ -53,6 +54,7 @@ fn views_in_an_older_format_are_refused_then_projected_again() {
     {
         let v = Views::open(&views_dir).unwrap();
         v.tree()
+            .unwrap()
             .insert(keys::format(), agentledger::codec::to_bytes(&1u32).unwrap())
             .unwrap();
         v.flush().unwrap();

@@ -4,17 +4,22 @@
 //! whole projector step: the view changes *and* the log offsets they reach
 //! (a crash never applies a record twice or skips one).
 
+mod behind;
 pub mod keys;
 pub mod state;
 pub mod txn;
 
+pub use behind::{FlushPolicy, Merged};
 pub use state::*;
 pub use txn::ViewTxn;
 
 use crate::codec;
 use crate::log::Topic;
+use behind::{Buffer, Change};
 use sha2::{Digest, Sha256};
+use std::ops::Bound;
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ViewError {
@@ -43,7 +48,17 @@ pub const VIEWS_FORMAT: u32 = 2;
 pub struct Views {
     db: sled::Db,
     tree: sled::Tree,
+    /// Committed changes not yet in sled (see `behind`).
+    buffer: Mutex<Buffer>,
+    policy: FlushPolicy,
 }
+
+/// A view batch at least this large goes straight to sled when nothing is
+/// buffered: the projector's catch-up batches gain nothing from waiting.
+const DIRECT_KEYS: usize = 256;
+
+/// Entries of a key range: sled's, overlaid with buffered changes.
+pub type Entries = Merged<sled::Iter>;
 
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(
     key: &[u8],
@@ -81,16 +96,94 @@ impl Views {
                 want: VIEWS_FORMAT,
             });
         }
-        Ok(Self { db, tree })
+        Ok(Self {
+            db,
+            tree,
+            buffer: Mutex::new(Buffer::default()),
+            policy: FlushPolicy::default(),
+        })
     }
 
-    pub fn tree(&self) -> &sled::Tree {
-        &self.tree
+    pub fn set_flush_policy(&mut self, policy: FlushPolicy) {
+        self.policy = policy;
     }
 
+    /// The sled tree itself, after every buffered change has reached it.
+    pub fn tree(&self) -> Result<&sled::Tree, ViewError> {
+        self.settle()?;
+        Ok(&self.tree)
+    }
+
+    /// Buffered changes to sled, and sled to disk.
     pub fn flush(&self) -> Result<(), ViewError> {
+        self.settle()?;
         self.db.flush()?;
         Ok(())
+    }
+
+    fn buffer(&self) -> MutexGuard<'_, Buffer> {
+        // A panic elsewhere cannot leave the buffer half-updated: every
+        // change to it is a single map operation.
+        self.buffer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Write every buffered change to sled in one batch.
+    pub fn settle(&self) -> Result<(), ViewError> {
+        let mut buffer = self.buffer();
+        if !buffer.is_empty() {
+            self.tree.apply_batch(buffer.take_batch())?;
+        }
+        Ok(())
+    }
+
+    /// Commit one atomic set of changes: buffered, and with whatever is
+    /// already buffered written to sled once the policy says so.
+    pub(crate) fn write(&self, changes: Vec<Change>) -> Result<(), ViewError> {
+        let mut buffer = self.buffer();
+        if buffer.is_empty() && changes.len() >= DIRECT_KEYS {
+            let mut batch = sled::Batch::default();
+            for (k, v) in changes {
+                match v {
+                    Some(v) => batch.insert(k, v),
+                    None => batch.remove(k),
+                }
+            }
+            self.tree.apply_batch(batch)?;
+            return Ok(());
+        }
+        buffer.absorb(changes);
+        if buffer.due(&self.policy) {
+            self.tree.apply_batch(buffer.take_batch())?;
+        }
+        Ok(())
+    }
+
+    /// A key's value, buffered or stored, handed to `f`.
+    pub(crate) fn read<T>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> Result<T, ViewError>,
+    ) -> Result<Option<T>, ViewError> {
+        if let Some(v) = self.buffer().get(key) {
+            return v.map(f).transpose();
+        }
+        match self.tree.get(key)? {
+            Some(v) => f(&v).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The entries of a key range, in key order.
+    pub fn range(&self, from: Vec<u8>, to: Bound<Vec<u8>>) -> Entries {
+        let buffered = self
+            .buffer()
+            .range((Bound::Included(from.clone()), to.clone()));
+        Merged::new(self.tree.range((Bound::Included(from), to)), buffered)
+    }
+
+    /// The entries whose keys start with `prefix`, in key order.
+    pub fn scan_prefix(&self, prefix: &[u8]) -> Entries {
+        self.range(prefix.to_vec(), prefix_end(prefix))
     }
 
     pub fn txn(&self) -> ViewTxn<'_> {
@@ -101,10 +194,7 @@ impl Views {
         &self,
         key: &[u8],
     ) -> Result<Option<T>, ViewError> {
-        match self.tree.get(key)? {
-            Some(v) => Ok(Some(decode(key, &v)?)),
-            None => Ok(None),
-        }
+        self.read(key, |v| decode(key, v))
     }
 
     /// The next offset the projector will read of a topic partition.
@@ -145,7 +235,7 @@ impl Views {
     pub fn versions(&self, agent: &str) -> Result<Vec<crate::model::AgentVersion>, ViewError> {
         let prefix = keys::version_prefix(agent);
         let mut out = Vec::new();
-        for kv in self.tree.scan_prefix(&prefix) {
+        for kv in self.scan_prefix(&prefix) {
             let (k, v) = kv?;
             out.push(decode(&k, &v)?);
         }
@@ -156,7 +246,7 @@ impl Views {
     pub fn listeners(&self, event: &str) -> Result<Vec<String>, ViewError> {
         let prefix = keys::listener_prefix(event);
         let mut out = Vec::new();
-        for kv in self.tree.scan_prefix(&prefix) {
+        for kv in self.scan_prefix(&prefix) {
             let (k, _) = kv?;
             out.push(String::from_utf8_lossy(&k[prefix.len()..]).into_owned());
         }
@@ -166,7 +256,7 @@ impl Views {
     /// All agents' current state, sorted by name.
     pub fn agents(&self) -> Result<Vec<AgentState>, ViewError> {
         let mut out = Vec::new();
-        for kv in self.tree.scan_prefix([keys::AGENT]) {
+        for kv in self.scan_prefix(&[keys::AGENT]) {
             let (k, v) = kv?;
             out.push(decode(&k, &v)?);
         }
@@ -219,7 +309,7 @@ impl Views {
             Some(state) => state.trail,
             None => Vec::new(),
         };
-        for kv in self.tree.scan_prefix(&prefix) {
+        for kv in self.scan_prefix(&prefix) {
             let (k, v) = kv?;
             let page: TrailPage = decode(&k, &v)?;
             out.extend(page);
@@ -232,7 +322,7 @@ impl Views {
         let cursor = self.dispatch_cursor(partition)?;
         let start = keys::finished(partition, cursor);
         let end = keys::finished(partition, u64::MAX);
-        if let Some(kv) = self.tree.range(start..end).next() {
+        if let Some(kv) = self.range(start, Bound::Excluded(end)).next() {
             let (k, v) = kv?;
             let offset = keys::finished_offset(&k);
             return Ok(Some((offset, decode(&k, &v)?)));
@@ -251,7 +341,7 @@ impl Views {
     pub fn sizes(&self) -> Result<Vec<(&'static str, u64)>, ViewError> {
         let mut out = Vec::new();
         for (prefix, name) in keys::ALL_PREFIXES {
-            out.push((name, self.tree.scan_prefix([prefix]).count() as u64));
+            out.push((name, self.scan_prefix(&[prefix]).count() as u64));
         }
         Ok(out)
     }
@@ -259,7 +349,7 @@ impl Views {
     /// sha256 over every key and value in order: equal digests, equal views.
     pub fn digest(&self) -> Result<String, ViewError> {
         let mut h = Sha256::new();
-        for kv in self.tree.iter() {
+        for kv in self.tree()?.iter() {
             let (k, v) = kv?;
             h.update((k.len() as u64).to_le_bytes());
             h.update(&k);
@@ -267,5 +357,102 @@ impl Views {
             h.update(&v);
         }
         Ok(hex::encode(h.finalize()))
+    }
+}
+
+impl Drop for Views {
+    fn drop(&mut self) {
+        if let Err(e) = self.settle() {
+            tracing::warn!("writing buffered view changes on close: {e}");
+        }
+    }
+}
+
+/// The first key after every key that starts with `prefix`.
+fn prefix_end(prefix: &[u8]) -> Bound<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Bound::Excluded(end);
+        }
+    }
+    Bound::Unbounded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn held_back(dir: &Path) -> Views {
+        let mut v = Views::open(dir).unwrap();
+        v.set_flush_policy(FlushPolicy {
+            max_age: Duration::from_secs(3600),
+            max_keys: 1000,
+        });
+        v
+    }
+
+    fn listener_key(event: &str, agent: &str) -> Vec<u8> {
+        let mut k = keys::listener_prefix(event);
+        k.extend_from_slice(agent.as_bytes());
+        k
+    }
+
+    #[test]
+    fn buffered_changes_are_read_scanned_and_removed_before_they_reach_sled() {
+        let d = tempfile::tempdir().unwrap();
+        let v = held_back(d.path());
+        let mut t = v.txn();
+        t.set_offset(Topic::Ledger, 3, 41);
+        t.put(listener_key("e", "b"), &());
+        t.commit().unwrap();
+        // Straight into sled, behind the buffer's back: a stored neighbour.
+        v.tree.insert(listener_key("e", "a"), encode(&())).unwrap();
+        v.tree.insert(listener_key("e", "c"), encode(&())).unwrap();
+        assert!(v
+            .tree
+            .get(keys::offset(Topic::Ledger, 3))
+            .unwrap()
+            .is_none());
+        assert_eq!(v.offset(Topic::Ledger, 3).unwrap(), 41);
+        assert_eq!(v.listeners("e").unwrap(), ["a", "b", "c"]);
+
+        let mut t = v.txn();
+        t.del(listener_key("e", "c"));
+        t.set_offset(Topic::Ledger, 3, 42);
+        t.commit().unwrap();
+        assert_eq!(v.listeners("e").unwrap(), ["a", "b"]);
+        assert_eq!(v.offset(Topic::Ledger, 3).unwrap(), 42);
+
+        v.settle().unwrap();
+        assert!(v.buffer().is_empty());
+        assert!(v.tree.get(listener_key("e", "c")).unwrap().is_none());
+        assert_eq!(v.listeners("e").unwrap(), ["a", "b"]);
+        drop(v);
+        let v = Views::open(d.path()).unwrap();
+        assert_eq!(v.offset(Topic::Ledger, 3).unwrap(), 42);
+    }
+
+    #[test]
+    fn closing_the_views_writes_what_is_buffered() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let v = held_back(d.path());
+            let mut t = v.txn();
+            t.set_offset(Topic::Registry, 0, 7);
+            t.commit().unwrap();
+            assert!(!v.buffer().is_empty());
+        }
+        let v = Views::open(d.path()).unwrap();
+        assert_eq!(v.offset(Topic::Registry, 0).unwrap(), 7);
+    }
+
+    #[test]
+    fn prefix_ends_skip_every_key_with_the_prefix() {
+        assert_eq!(prefix_end(b"ab"), Bound::Excluded(b"ac".to_vec()));
+        assert_eq!(prefix_end(&[1, 255]), Bound::Excluded(vec![2]));
+        assert_eq!(prefix_end(&[255, 255]), Bound::Unbounded);
     }
 }

@@ -36,14 +36,14 @@ impl<'a> ViewTxn<'a> {
         if let Some(v) = self.raw.get(key) {
             return Ok(v.clone());
         }
-        Ok(self.views.tree().get(key)?.map(|v| v.to_vec()))
+        self.views.read(key, |v| Ok(v.to_vec()))
     }
 
     pub fn contains(&self, key: &[u8]) -> Result<bool, ViewError> {
         if let Some(v) = self.raw.get(key) {
             return Ok(v.is_some());
         }
-        Ok(self.views.tree().contains_key(key)?)
+        Ok(self.views.read(key, |_| Ok(()))?.is_some())
     }
 
     pub fn get<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, ViewError> {
@@ -144,10 +144,10 @@ impl<'a> ViewTxn<'a> {
         }
         let key = keys::trail_page(run, step);
         if !self.pages.contains_key(&key) {
-            let page: TrailPage = match self.views.tree().get(&key)? {
-                Some(v) => decode(&key, &v)?,
-                None => Vec::new(),
-            };
+            let page: TrailPage = self
+                .views
+                .read(&key, |v| decode(&key, v))?
+                .unwrap_or_default();
             self.pages.insert(key.clone(), page);
         }
         Ok(self.pages.entry(key).or_default())
@@ -164,25 +164,19 @@ impl<'a> ViewTxn<'a> {
             && self.pages.is_empty()
     }
 
-    /// Apply every change in one atomic batch.
+    /// Apply every change as one atomic unit.
     pub fn commit(self) -> Result<(), ViewError> {
-        let mut batch = sled::Batch::default();
-        for (k, v) in self.raw {
-            match v {
-                Some(v) => batch.insert(k, v),
-                None => batch.remove(k),
-            }
-        }
+        let mut changes: Vec<_> = self.raw.into_iter().collect();
+        changes.reserve(self.runs.len() + self.chains.len() + self.pages.len());
         for (id, s) in self.runs {
-            batch.insert(keys::run(&id), encode(&s));
+            changes.push((keys::run(&id), Some(encode(&s))));
         }
         for (root, s) in self.chains {
-            batch.insert(keys::chain(&root), encode(&s));
+            changes.push((keys::chain(&root), Some(encode(&s))));
         }
         for (key, page) in self.pages {
-            batch.insert(key, encode(&page));
+            changes.push((key, Some(encode(&page))));
         }
-        self.views.tree().apply_batch(batch)?;
-        Ok(())
+        self.views.write(changes)
     }
 }
