@@ -16,7 +16,6 @@ use agentledger::log::{Log, Topic};
 // Only the median is used here.
 #[allow(dead_code)]
 mod support;
-use support::median;
 use agentledger::synthetic::write_synthetic_log;
 use agentledger::views::Views;
 use rdkafka::config::ClientConfig;
@@ -25,6 +24,7 @@ use rdkafka::util::Timeout;
 use serde_json::json;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use support::median;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -62,7 +62,10 @@ fn options() -> EngineOptions {
 
 /// Every record of the ledger topic from `from` (per partition) on, and
 /// where each partition ends now.
-fn ledger_records(log: &dyn Log, from: &[u64]) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<u64>) {
+/// (key, payload) of each record.
+type Records = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn ledger_records(log: &dyn Log, from: &[u64]) -> (Records, Vec<u64>) {
     let mut records = Vec::new();
     let mut ends = Vec::new();
     for p in 0..log.partitions(Topic::Ledger) {

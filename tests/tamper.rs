@@ -339,3 +339,47 @@ fn r16_checkpoint_not_chained_to_what_came_before_is_named() {
         "{v}"
     );
 }
+
+/// Automatic checkpoints are built from the digests of the records the
+/// engine just wrote when it holds them all, and from the log otherwise
+/// (after a restart): either way each is exactly what reading its span
+/// back from the log gives, and the whole log verifies.
+#[test]
+fn r16_automatic_checkpoints_attest_exactly_what_the_log_holds() {
+    use agentledger::audit::checkpoint::{self, Span};
+    use agentledger::log::Topic;
+    let d = tempfile::tempdir().unwrap();
+    // Four ledger partitions: ~300 records each before the restart, so the
+    // first span of each is read back from the log; ~2,250 more after it,
+    // so the second span is wholly the restarted engine's own.
+    for (half, runs) in [(0, 1200), (1, 9000)] {
+        let mut l = common::Ledger::open(d.path());
+        if half == 0 {
+            l.publish("a", "acme/x", &[], &[]);
+        }
+        for i in 0..runs {
+            l.open_run(&format!("h{half}-{i}"), "a");
+        }
+    }
+    let log = common::Backend::Embedded.log(d.path());
+    let cps = checkpoint::read_all(log.as_ref()).unwrap();
+    assert_eq!(cps.len(), 8, "two automatic checkpoints per partition");
+    for (offset, cp) in cps {
+        let cp = cp.unwrap();
+        let topic = cp.topic().unwrap();
+        let span = Span {
+            topic,
+            partition: cp.partition,
+            from: cp.from,
+            to: cp.to,
+            prev_head: agentledger::audit::hashchain::from_hex32(&cp.prev_head).unwrap(),
+        };
+        let from_log = checkpoint::build(log.as_ref(), span, cp.time_ms, &cp.writer).unwrap();
+        assert_eq!(cp, from_log, "checkpoint at offset {offset}");
+        assert_eq!(cp.to - cp.from, agentledger::audit::CHECKPOINT_INTERVAL);
+        assert_eq!(topic, Topic::Ledger);
+    }
+    drop(log);
+    let (code, v) = verify(d.path());
+    assert_eq!(code, 0, "{v}");
+}

@@ -4,7 +4,7 @@
 //! after it. They are written every [`CHECKPOINT_INTERVAL`] records and on
 //! demand (`agentledger checkpoint`); consecutive checkpoints chain.
 
-use super::hashchain::{from_hex32, link_head, record_digest, HexDigest, Link};
+use super::hashchain::{from_hex32, link_head, record_digest, HexDigest};
 use crate::error::{LedgerError, Result};
 use crate::log::{Log, Topic};
 use serde::{Deserialize, Serialize};
@@ -77,14 +77,35 @@ pub struct Span {
 
 /// Build the checkpoint of a span, reading its records from the log.
 pub fn build(log: &dyn Log, span: Span, time_ms: u64, writer: &str) -> Result<Checkpoint> {
-    let Span {
+    let digests = read_digests(log, &span)?;
+    Ok(assemble(span, digests, time_ms, writer))
+}
+
+/// The checkpoint of a span from its records' digests, in offset order.
+pub fn assemble(span: Span, digests: Vec<HexDigest>, time_ms: u64, writer: &str) -> Checkpoint {
+    let head = link_head(&span.prev_head, span.from, digests.iter().map(|d| &d.0));
+    Checkpoint {
+        schema: "agentledger.checkpoint.v1".into(),
+        topic: span.topic.name().into(),
+        partition: span.partition,
+        from: span.from,
+        to: span.to,
+        prev_head: hex::encode(span.prev_head),
+        head: hex::encode(head),
+        digests,
+        time_ms,
+        writer: writer.into(),
+    }
+}
+
+fn read_digests(log: &dyn Log, span: &Span) -> Result<Vec<HexDigest>> {
+    let &Span {
         topic,
         partition,
         from,
         to,
-        prev_head,
+        ..
     } = span;
-    let mut link = Link::new(&prev_head, from, to);
     let mut digests = Vec::with_capacity((to - from) as usize);
     let mut at = from;
     while at < to {
@@ -101,23 +122,11 @@ pub fn build(log: &dyn Log, span: Span, time_ms: u64, writer: &str) -> Result<Ch
                     r.offset
                 ))
             })?;
-            link.push(&d);
             digests.push(HexDigest(d));
             at = r.offset + 1;
         }
     }
-    Ok(Checkpoint {
-        schema: "agentledger.checkpoint.v1".into(),
-        topic: topic.name().into(),
-        partition,
-        from,
-        to,
-        prev_head: hex::encode(prev_head),
-        head: hex::encode(link.head()),
-        digests,
-        time_ms,
-        writer: writer.into(),
-    })
+    Ok(digests)
 }
 
 /// Every checkpoint on the topic, in log order; unreadable ones are
@@ -145,10 +154,10 @@ pub fn read_all(log: &dyn Log) -> Result<Vec<(u64, std::result::Result<Checkpoin
     Ok(out)
 }
 
-/// Append checkpoints to the `checkpoints` topic.
-pub fn append(log: &dyn Log, cps: &[Checkpoint]) -> Result<()> {
+/// Append checkpoints to the `checkpoints` topic; says where each landed.
+pub fn append(log: &dyn Log, cps: &[Checkpoint]) -> Result<Vec<(u32, u64)>> {
     if cps.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let recs: Vec<(Vec<u8>, Vec<u8>)> = cps
         .iter()
@@ -159,6 +168,5 @@ pub fn append(log: &dyn Log, cps: &[Checkpoint]) -> Result<()> {
             )
         })
         .collect();
-    log.append(Topic::Checkpoints, &recs)?;
-    Ok(())
+    Ok(log.append(Topic::Checkpoints, &recs)?)
 }

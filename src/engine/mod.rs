@@ -5,6 +5,7 @@
 
 mod context;
 mod dispatcher;
+mod recent;
 mod registry;
 mod runs;
 
@@ -13,6 +14,7 @@ pub use dispatcher::{DispatchAnswer, OpenedListener, RefusedListener, WithheldRu
 pub use registry::{PublishAgent, PublishAnswer};
 pub use runs::{CloseAnswer, CloseRun, OpenAnswer, ReadAnswer};
 
+use crate::audit::checkpoint::CHAINED_TOPICS;
 use crate::codec;
 use crate::content_store::ContentStore;
 use crate::error::{LedgerError, Refusal, Result};
@@ -147,6 +149,7 @@ pub struct Engine {
     agent_index: Option<AgentIndex>,
     /// When the views last caught up with the whole log.
     caught_up_at: Option<std::time::Instant>,
+    recent: recent::RecentDigests,
     _lock: Option<File>,
 }
 
@@ -212,6 +215,7 @@ impl Engine {
             opts,
             agent_index: None,
             caught_up_at: None,
+            recent: Default::default(),
             _lock: None,
         }
     }
@@ -318,7 +322,14 @@ impl Engine {
                     .map(|(offset, i)| Ok((*offset, codec::decode_for_projection(&encoded[*i])?)))
                     .collect::<Result<DecodedBatch>>()?;
                 apply_batch(&self.views, topic, part, batch)?;
+                if CHAINED_TOPICS.contains(&topic) {
+                    for (offset, i) in &recs {
+                        let digest = crate::audit::hashchain::record_digest(&encoded[*i])?;
+                        self.recent.record(topic, part, *offset, digest);
+                    }
+                }
             } else {
+                self.recent.forget(topic, part);
                 let until = recs.last().map(|(o, _)| o + 1);
                 project_partition(self.log.as_ref(), &self.views, topic, part, until, &|_| {})?;
                 for (offset, i) in &recs {
@@ -334,8 +345,9 @@ impl Engine {
     /// covered, and with `force` also the partial tail, so that everything
     /// in the log is attested. Returns what was written.
     pub fn checkpoint(&mut self, force: bool) -> Result<Vec<crate::audit::Checkpoint>> {
-        use crate::audit::checkpoint::{self, CHAINED_TOPICS, CHECKPOINT_INTERVAL};
+        use crate::audit::checkpoint::{self, CHECKPOINT_INTERVAL};
         let mut written = Vec::new();
+        let mut unfolded = false;
         for topic in CHAINED_TOPICS {
             for p in 0..self.log.partitions(topic) {
                 let end = self.views.offset(topic, p)?;
@@ -355,13 +367,32 @@ impl Engine {
                         to,
                         prev_head: mark.head,
                     };
-                    let cp = checkpoint::build(
-                        self.log.as_ref(),
-                        span,
-                        self.now_ms(),
-                        &self.opts.writer,
-                    )?;
-                    checkpoint::append(self.log.as_ref(), std::slice::from_ref(&cp))?;
+                    let cp = match self.recent.take(&span) {
+                        Some(digests) => {
+                            checkpoint::assemble(span, digests, self.now_ms(), &self.opts.writer)
+                        }
+                        None => checkpoint::build(
+                            self.log.as_ref(),
+                            span,
+                            self.now_ms(),
+                            &self.opts.writer,
+                        )?,
+                    };
+                    let placed = checkpoint::append(self.log.as_ref(), std::slice::from_ref(&cp))?;
+                    // Fold our own checkpoint in from what we hold when
+                    // nothing came before it (a read on Kafka costs more
+                    // than the append did).
+                    match placed.first() {
+                        Some(&(cp_part, at))
+                            if self.views.offset(Topic::Checkpoints, cp_part)? == at =>
+                        {
+                            let mut txn = self.views.txn();
+                            fold_checkpoint(&mut txn, &cp)?;
+                            txn.set_offset(Topic::Checkpoints, cp_part, at + 1);
+                            txn.commit()?;
+                        }
+                        _ => unfolded = true,
+                    }
                     let head = crate::audit::hashchain::from_hex32(&cp.head)
                         .unwrap_or(crate::audit::GENESIS);
                     mark = crate::views::CheckpointMark { to, head };
@@ -369,7 +400,7 @@ impl Engine {
                 }
             }
         }
-        if !written.is_empty() {
+        if unfolded {
             project_checkpoints(self.log.as_ref(), &self.views)?;
         }
         Ok(written)
@@ -607,24 +638,33 @@ fn project_checkpoints(log: &dyn Log, views: &Views) -> Result<()> {
                     );
                     continue;
                 };
-                let (Some(topic), Some(head)) =
-                    (cp.topic(), crate::audit::hashchain::from_hex32(&cp.head))
-                else {
-                    continue;
-                };
-                let key = crate::views::keys::checkpointed(topic, cp.partition);
-                let mark: crate::views::CheckpointMark =
-                    txn.get(&key)?.unwrap_or(crate::views::CheckpointMark {
-                        to: 0,
-                        head: crate::audit::GENESIS,
-                    });
-                if cp.from == mark.to && cp.to > mark.to && cp.prev_head == hex::encode(mark.head) {
-                    txn.put(key, &crate::views::CheckpointMark { to: cp.to, head });
-                }
+                fold_checkpoint(&mut txn, &cp)?;
             }
             txn.set_offset(Topic::Checkpoints, p, last + 1);
             txn.commit()?;
         }
+    }
+    Ok(())
+}
+
+/// A checkpoint moves its partition's mark when it continues the chain
+/// from there; any other (a duplicate, a forgery) leaves the mark alone.
+fn fold_checkpoint(
+    txn: &mut crate::views::ViewTxn<'_>,
+    cp: &crate::audit::Checkpoint,
+) -> Result<()> {
+    let (Some(topic), Some(head)) = (cp.topic(), crate::audit::hashchain::from_hex32(&cp.head))
+    else {
+        return Ok(());
+    };
+    let key = crate::views::keys::checkpointed(topic, cp.partition);
+    let mark: crate::views::CheckpointMark =
+        txn.get(&key)?.unwrap_or(crate::views::CheckpointMark {
+            to: 0,
+            head: crate::audit::GENESIS,
+        });
+    if cp.from == mark.to && cp.to > mark.to && cp.prev_head == hex::encode(mark.head) {
+        txn.put(key, &crate::views::CheckpointMark { to: cp.to, head });
     }
     Ok(())
 }
