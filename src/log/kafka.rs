@@ -814,6 +814,15 @@ impl Log for KafkaLog {
         }
         reader.position = if failure.is_some() || overshoot {
             None
+        } else if next >= high {
+            // At the end: an assigned consumer would keep fetching every
+            // record appended from now on (our own included) into its
+            // queue, a second copy of the write traffic. Let it go; the
+            // next read, usually much later, assigns again.
+            if let Err(e) = reader.consumer.unassign() {
+                tracing::debug!(topic = %name, partition, "unassign after reading to the end: {e}");
+            }
+            None
         } else {
             Some((name.to_string(), p, next))
         };
