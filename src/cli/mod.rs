@@ -112,10 +112,12 @@ pub enum Command {
     /// Run the projector, the dispatcher and checkpoints continuously until
     /// ctrl-c or SIGTERM.
     Serve {
-        /// Dispatch only a share of the ledger partitions, INDEX/COUNT
-        /// (e.g. 0/2 and 1/2 for two instances): each chain by one instance.
-        #[arg(long)]
-        share: Option<serve::Share>,
+        /// Consumer group shared by the instances serving one ledger (on
+        /// Kafka): its coordinator hands each instance some ledger
+        /// partitions (whole chains) to dispatch, and moves them when an
+        /// instance joins, stops or dies. The embedded log has one instance.
+        #[arg(long, default_value = "agentledger-serve")]
+        group: String,
         /// Milliseconds to wait when there is nothing to do.
         #[arg(long, default_value_t = 200)]
         poll_ms: u64,
@@ -188,6 +190,7 @@ pub fn kafka_config(cli: &Cli) -> Option<KafkaConfig> {
         replication_factor: cli.replication,
         min_insync_replicas: (cli.replication >= 3).then_some(2),
         timeout: std::time::Duration::from_secs(cli.kafka_timeout.max(1)),
+        ..KafkaConfig::default()
     })
 }
 
@@ -254,9 +257,9 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Status => inspect::status(&cli),
         Command::Rebuild => rebuild(&cli),
         Command::Demo { dir } => demo::run(dir),
-        Command::Serve { share, poll_ms } => serve::serve(
+        Command::Serve { group, poll_ms } => serve::serve(
             &cli,
-            *share,
+            group,
             std::time::Duration::from_millis(*poll_ms),
             serve::shutdown_flag(),
         ),

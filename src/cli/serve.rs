@@ -2,33 +2,13 @@
 //! a loop) and `subscribe` (follow the `published` topic as JSON lines).
 
 use super::{open_engine, Cli};
+use agentledger::error::LedgerError;
 use agentledger::log::Topic;
 use anyhow::{bail, Result};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Which ledger partitions an instance dispatches: `i/n` owns every
-/// partition `p` with `p % n == i`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Share {
-    pub index: u32,
-    pub of: u32,
-}
-
-impl std::str::FromStr for Share {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (i, n) = s.split_once('/').ok_or("expected INDEX/COUNT, e.g. 0/2")?;
-        let index: u32 = i.parse().map_err(|_| format!("{i:?} is not a number"))?;
-        let of: u32 = n.parse().map_err(|_| format!("{n:?} is not a number"))?;
-        if of == 0 || index >= of {
-            return Err(format!("{s}: need 0 <= INDEX < COUNT"));
-        }
-        Ok(Share { index, of })
-    }
-}
 
 /// Set on SIGINT/SIGTERM: long-running commands finish the step they are in
 /// and exit cleanly.
@@ -41,27 +21,38 @@ pub fn shutdown_flag() -> Arc<AtomicBool> {
     flag
 }
 
-pub fn serve(
-    cli: &Cli,
-    share: Option<Share>,
-    poll: Duration,
-    shutdown: Arc<AtomicBool>,
-) -> Result<i32> {
+pub fn serve(cli: &Cli, group: &str, poll: Duration, shutdown: Arc<AtomicBool>) -> Result<i32> {
     let mut engine = open_engine(cli)?;
-    let owned = move |p: u32| share.is_none_or(|s| p % s.of == s.index);
+    let mut member = engine.log().join(group)?;
     eprintln!(
-        "agentledger serving {} ({}); stop with ctrl-c or SIGTERM",
+        "agentledger serving {} as {}; stop with ctrl-c or SIGTERM",
         engine.log().describe(),
-        match share {
-            Some(s) => format!("dispatching ledger partitions p % {} == {}", s.of, s.index),
-            None => "dispatching every ledger partition".into(),
-        }
+        member.describe()
     );
     let mut last_report = Instant::now();
     let (mut opened, mut walked) = (0u64, 0u64);
+    let mut owned_before = None;
     while !shutdown.load(Ordering::SeqCst) {
+        let owned = member.owned()?;
+        if owned_before.as_ref() != Some(&owned) {
+            eprintln!(
+                "agentledger: dispatching ledger partitions {:?}",
+                owned.iter().collect::<Vec<_>>()
+            );
+            owned_before = Some(owned.clone());
+        }
         engine.catch_up(&|_| {})?;
-        let a = engine.dispatch_partitions(&owned)?;
+        let a = match engine.dispatch_partitions(&|p| owned.contains(&p)) {
+            Ok(a) => a,
+            // Another instance dispatched the same run first (this one was
+            // too slow to notice its partition had moved): its records
+            // stand, ours were kept out of the views. Carry on.
+            Err(LedgerError::Refused(r)) if r.code == "conflict" => {
+                tracing::warn!("{}", r.message);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         engine.checkpoint(false)?;
         opened += a.opened.len() as u64;
         walked += a.dispatched_runs;
@@ -73,6 +64,7 @@ pub fn serve(
             last_report = Instant::now();
         }
     }
+    drop(member);
     engine.flush()?;
     eprintln!("agentledger: stopped cleanly ({walked} finished runs dispatched, {opened} listeners opened)");
     Ok(0)

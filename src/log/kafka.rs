@@ -72,6 +72,9 @@ pub struct KafkaConfig {
     pub min_insync_replicas: Option<u16>,
     /// Bound of every network wait: connect, metadata, delivery, fetch.
     pub timeout: Duration,
+    /// How long the group waits for a silent instance before handing its
+    /// ledger partitions to the others (`session.timeout.ms`).
+    pub group_session_timeout: Duration,
 }
 
 impl KafkaConfig {
@@ -94,6 +97,7 @@ impl Default for KafkaConfig {
             replication_factor: 1,
             min_insync_replicas: None,
             timeout: Duration::from_secs(30),
+            group_session_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -107,7 +111,7 @@ fn human(d: Duration) -> String {
     }
 }
 
-fn ms(d: Duration) -> u64 {
+pub(super) fn ms(d: Duration) -> u64 {
     d.as_millis().min(i32::MAX as u128) as u64
 }
 
@@ -179,6 +183,19 @@ struct Ctx;
 
 impl ClientContext for Ctx {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log_to_tracing(level, fac, message)
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        // Mostly transient (a broker went away, all brokers down); the calls
+        // that are affected fail on their own with their own errors.
+        tracing::warn!(target: "librdkafka", "{error}: {reason}");
+    }
+}
+
+/// librdkafka's log lines, at their level, through `tracing`.
+pub(super) fn log_to_tracing(level: RDKafkaLogLevel, fac: &str, message: &str) {
+    {
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
@@ -196,12 +213,6 @@ impl ClientContext for Ctx {
                 tracing::debug!(target: "librdkafka", facility = fac, "{message}")
             }
         }
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        // Mostly transient (a broker went away, all brokers down); the calls
-        // that are affected fail on their own with their own errors.
-        tracing::warn!(target: "librdkafka", "{error}: {reason}");
     }
 }
 
@@ -255,7 +266,7 @@ pub struct KafkaLog {
     offsets_reader: Mutex<Reader>,
 }
 
-fn base_config(config: &KafkaConfig) -> ClientConfig {
+pub(super) fn base_config(config: &KafkaConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &config.brokers)
         .set("client.id", "agentledger")
@@ -938,6 +949,14 @@ impl Log for KafkaLog {
             std::thread::sleep(pause.min(deadline - now));
             pause = (pause * 2).min(Duration::from_millis(200));
         }
+    }
+
+    fn join(&self, group: &str) -> Result<Box<dyn super::group::Membership>, LogError> {
+        Ok(Box::new(super::kafka_group::KafkaMembership::join(
+            &self.config,
+            self.topic_name(Topic::Ledger),
+            group,
+        )?))
     }
 
     fn describe(&self) -> String {

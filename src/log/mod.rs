@@ -7,7 +7,9 @@
 //! reports, in order.
 
 pub mod embedded;
+pub mod group;
 pub mod kafka;
+mod kafka_group;
 
 use std::fmt;
 use std::ops::ControlFlow;
@@ -182,6 +184,15 @@ pub trait Log: Send + Sync {
 
     /// A short description for status output.
     fn describe(&self) -> String;
+
+    /// Join the instances that share this log's ledger partitions under
+    /// `group`. A backend without groups owns everything.
+    fn join(&self, group: &str) -> Result<Box<dyn group::Membership>, LogError> {
+        let _ = group;
+        Ok(Box::new(group::Alone {
+            partitions: self.partitions(Topic::Ledger),
+        }))
+    }
 }
 
 /// The partition a key goes to on backends that choose it themselves.
