@@ -272,6 +272,11 @@ pub(super) fn base_config(config: &KafkaConfig) -> ClientConfig {
         .set("client.id", "agentledger")
         // Never let a metadata request create a topic with broker defaults.
         .set("allow.auto.create.topics", "false")
+        // A request queued for a dead leader just waits; only fresh metadata
+        // points it at the new one. librdkafka refreshes every 5 minutes by
+        // default — a 5-minute stall of every offset query after a broker
+        // dies (measured). Producers notice sooner, consumers do not.
+        .set("topic.metadata.refresh.interval.ms", "3000")
         .set(
             "socket.timeout.ms",
             ms(config.timeout).clamp(10, 300_000).to_string(),
