@@ -312,6 +312,11 @@ impl Engine {
             }
         }
         groups.sort_by_key(|((t, part), _)| (*t != Topic::Registry, *part));
+        let touched: Vec<(Topic, u32)> = groups
+            .iter()
+            .map(|(k, _)| *k)
+            .filter(|(t, _)| CHAINED_TOPICS.contains(t))
+            .collect();
         for ((topic, part), mut recs) in groups {
             recs.sort();
             let first = recs[0].0;
@@ -337,7 +342,8 @@ impl Engine {
                 }
             }
         }
-        self.checkpoint(false)?;
+        // Only the partitions this call wrote can have reached an interval.
+        self.checkpoint_partitions(false, &touched)?;
         Ok(positions)
     }
 
@@ -345,59 +351,69 @@ impl Engine {
     /// covered, and with `force` also the partial tail, so that everything
     /// in the log is attested. Returns what was written.
     pub fn checkpoint(&mut self, force: bool) -> Result<Vec<crate::audit::Checkpoint>> {
+        let all: Vec<(Topic, u32)> = CHAINED_TOPICS
+            .into_iter()
+            .flat_map(|t| (0..self.log.partitions(t)).map(move |p| (t, p)))
+            .collect();
+        self.checkpoint_partitions(force, &all)
+    }
+
+    fn checkpoint_partitions(
+        &mut self,
+        force: bool,
+        partitions: &[(Topic, u32)],
+    ) -> Result<Vec<crate::audit::Checkpoint>> {
         use crate::audit::checkpoint::{self, CHECKPOINT_INTERVAL};
         let mut written = Vec::new();
         let mut unfolded = false;
-        for topic in CHAINED_TOPICS {
-            for p in 0..self.log.partitions(topic) {
-                let end = self.views.offset(topic, p)?;
-                let mut mark = self.views.checkpoint_mark(topic, p)?;
-                loop {
-                    let to = if end - mark.to.min(end) >= CHECKPOINT_INTERVAL {
-                        mark.to + CHECKPOINT_INTERVAL
-                    } else if force && end > mark.to {
-                        end
-                    } else {
-                        break;
-                    };
-                    let span = checkpoint::Span {
-                        topic,
-                        partition: p,
-                        from: mark.to,
-                        to,
-                        prev_head: mark.head,
-                    };
-                    let cp = match self.recent.take(&span) {
-                        Some(digests) => {
-                            checkpoint::assemble(span, digests, self.now_ms(), &self.opts.writer)
-                        }
-                        None => checkpoint::build(
-                            self.log.as_ref(),
-                            span,
-                            self.now_ms(),
-                            &self.opts.writer,
-                        )?,
-                    };
-                    let placed = checkpoint::append(self.log.as_ref(), std::slice::from_ref(&cp))?;
-                    // Fold our own checkpoint in from what we hold when
-                    // nothing came before it (a read on Kafka costs more
-                    // than the append did).
-                    match placed.first() {
-                        Some(&(cp_part, at))
-                            if self.views.offset(Topic::Checkpoints, cp_part)? == at =>
-                        {
-                            let mut txn = self.views.txn();
-                            fold_checkpoint(&mut txn, &cp)?;
-                            txn.set_offset(Topic::Checkpoints, cp_part, at + 1);
-                            txn.commit()?;
-                        }
-                        _ => unfolded = true,
+        for &(topic, p) in partitions {
+            let end = self.views.offset(topic, p)?;
+            let mut mark = self.views.checkpoint_mark(topic, p)?;
+            loop {
+                let to = if end - mark.to.min(end) >= CHECKPOINT_INTERVAL {
+                    mark.to + CHECKPOINT_INTERVAL
+                } else if force && end > mark.to {
+                    end
+                } else {
+                    break;
+                };
+                let span = checkpoint::Span {
+                    topic,
+                    partition: p,
+                    from: mark.to,
+                    to,
+                    prev_head: mark.head,
+                };
+                let cp = match self.recent.take(&span) {
+                    Some(digests) => {
+                        checkpoint::assemble(span, digests, self.now_ms(), &self.opts.writer)
                     }
-                    let head = crate::audit::hashchain::from_hex32(&cp.head)
-                        .unwrap_or(crate::audit::GENESIS);
-                    mark = crate::views::CheckpointMark { to, head };
-                    written.push(cp);
+                    None => checkpoint::build(
+                        self.log.as_ref(),
+                        span,
+                        self.now_ms(),
+                        &self.opts.writer,
+                    )?,
+                };
+                let placed = checkpoint::append(self.log.as_ref(), std::slice::from_ref(&cp))?;
+                // Fold our own checkpoint in from what we hold when
+                // nothing came before it (a read on Kafka costs more
+                // than the append did).
+                match placed.first() {
+                    Some(&(cp_part, at))
+                        if self.views.offset(Topic::Checkpoints, cp_part)? == at =>
+                    {
+                        let mut txn = self.views.txn();
+                        fold_checkpoint(&mut txn, &cp)?;
+                        txn.set_offset(Topic::Checkpoints, cp_part, at + 1);
+                        txn.commit()?;
+                    }
+                    _ => unfolded = true,
                 }
+                let head =
+                    crate::audit::hashchain::from_hex32(&cp.head).unwrap_or(crate::audit::GENESIS);
+                mark = crate::views::CheckpointMark { to, head };
+                written.push(cp);
             }
         }
         if unfolded {

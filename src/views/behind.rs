@@ -1,19 +1,26 @@
 //! Write-behind for the views: committed view changes wait here briefly and
-//! reach sled together, in one batch. An operation on Kafka is answered
-//! after the broker's acknowledgement; a sled batch per operation on top of
-//! that round trip cost a quarter of the ingest rate, while one batch every
-//! few milliseconds costs little (sled's price is per batch far more than
-//! per key, and a run rewritten by consecutive operations is written once).
+//! reach sled together, in one batch, written by a thread of their own. An
+//! operation on Kafka is answered after the broker's acknowledgement; a
+//! sled batch per operation on top of that round trip cost a quarter of the
+//! ingest rate, while one batch every few milliseconds, written while the
+//! engine waits for the broker, costs it little (sled's price is per batch
+//! far more than per key, and a run rewritten by consecutive operations is
+//! written once).
 //!
 //! Every read of the views looks here first, so no reader can tell the
-//! difference. What is lost if the process dies before a flush is exactly
-//! what sled itself loses before its own fsync: view changes whose offsets
-//! were not written either, so the projector applies those records again.
-//! Each flush carries whole commits (the buffer only ever holds complete
-//! ones), so views on disk always sit at a commit boundary.
+//! difference; changes leave the buffer only once sled holds them. What is
+//! lost if the process dies before a flush is exactly what sled itself
+//! loses before its own fsync: view changes whose offsets were not written
+//! either, so the projector applies those records again. Each flush carries
+//! whole commits (the buffer only ever holds complete ones), and flushes are
+//! written one at a time in order, so views on disk always sit at a commit
+//! boundary.
 
+use super::ViewError;
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// One key's latest value; `None` removes it.
@@ -22,9 +29,9 @@ pub(crate) type Change = (Vec<u8>, Option<Vec<u8>>);
 /// When buffered changes go to sled.
 #[derive(Debug, Clone, Copy)]
 pub struct FlushPolicy {
-    /// Oldest a buffered change may get before the next commit flushes.
+    /// Oldest a buffered change may get before it is written.
     pub max_age: Duration,
-    /// Most keys held; a commit that reaches it flushes.
+    /// Keys buffered that start a write at once.
     pub max_keys: usize,
 }
 
@@ -37,10 +44,24 @@ impl Default for FlushPolicy {
     }
 }
 
+/// A commit at least this large goes straight to sled when nothing is
+/// buffered: the projector's catch-up batches gain nothing from waiting.
+const DIRECT_KEYS: usize = 256;
+
+/// Buffered keys past which a commit waits for a write itself, should
+/// the writer thread fall behind.
+const BACKPRESSURE: usize = 4;
+
 #[derive(Default)]
 pub(crate) struct Buffer {
-    changes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// key → (generation of the commit that set it, value).
+    changes: BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)>,
+    generation: u64,
+    /// When the oldest change not yet taken for a write came in.
     oldest: Option<Instant>,
+    /// Keys changed since the last write was taken.
+    fresh: usize,
+    policy: FlushPolicy,
 }
 
 impl Buffer {
@@ -50,38 +71,213 @@ impl Buffer {
 
     /// What the buffer says of a key: `Some(None)` means removed.
     pub fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
-        self.changes.get(key).map(|v| v.as_deref())
+        self.changes.get(key).map(|(_, v)| v.as_deref())
     }
 
     pub fn absorb(&mut self, changes: impl IntoIterator<Item = Change>) {
+        self.generation += 1;
         self.oldest.get_or_insert_with(Instant::now);
-        self.changes.extend(changes);
+        for (k, v) in changes {
+            self.fresh += 1;
+            self.changes.insert(k, (self.generation, v));
+        }
     }
 
-    pub fn due(&self, policy: &FlushPolicy) -> bool {
-        self.changes.len() >= policy.max_keys
-            || self.oldest.is_some_and(|t| t.elapsed() >= policy.max_age)
+    pub fn due(&self) -> bool {
+        self.fresh >= self.policy.max_keys
+            || self
+                .oldest
+                .is_some_and(|t| t.elapsed() >= self.policy.max_age)
     }
 
-    /// Everything buffered, as one sled batch; the buffer is left empty.
-    pub fn take_batch(&mut self) -> sled::Batch {
+    /// Everything buffered as one sled batch, and the generation it
+    /// reaches; the changes stay readable here until `retire`.
+    pub fn take_batch(&mut self) -> (u64, sled::Batch) {
         self.oldest = None;
+        self.fresh = 0;
         let mut batch = sled::Batch::default();
-        for (k, v) in std::mem::take(&mut self.changes) {
+        for (k, (_, v)) in &self.changes {
             match v {
-                Some(v) => batch.insert(k, v),
-                None => batch.remove(k),
+                Some(v) => batch.insert(k.as_slice(), v.as_slice()),
+                None => batch.remove(k.as_slice()),
             }
         }
-        batch
+        (self.generation, batch)
+    }
+
+    /// Sled holds everything up to `generation`: drop what was not
+    /// changed again since.
+    pub fn retire(&mut self, generation: u64) {
+        self.changes.retain(|_, (g, _)| *g > generation);
     }
 
     /// The buffered changes inside a key range, in key order.
     pub fn range(&self, range: (Bound<Vec<u8>>, Bound<Vec<u8>>)) -> Vec<Change> {
         self.changes
             .range(range)
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, (_, v))| (k.clone(), v.clone()))
             .collect()
+    }
+}
+
+/// What the committing thread and the writer thread share.
+struct Shared {
+    tree: sled::Tree,
+    buffer: Mutex<Buffer>,
+    wake: Condvar,
+    /// Held for a whole write, so writes reach sled in the order taken.
+    writing: Mutex<()>,
+    stop: AtomicBool,
+    /// A failed background write, reported to the next commit.
+    failed: Mutex<Option<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every change under these locks is a single map or field operation;
+    // a panic elsewhere cannot leave them half-done.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    /// Write everything buffered to sled.
+    fn write_out(&self) -> Result<(), sled::Error> {
+        let _order = lock(&self.writing);
+        let (generation, batch) = {
+            let mut b = lock(&self.buffer);
+            if b.is_empty() {
+                return Ok(());
+            }
+            b.take_batch()
+        };
+        self.tree.apply_batch(batch)?;
+        lock(&self.buffer).retire(generation);
+        Ok(())
+    }
+
+    fn run(&self) {
+        loop {
+            {
+                let mut b = lock(&self.buffer);
+                loop {
+                    if self.stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    if b.due() {
+                        break;
+                    }
+                    let wait = match b.oldest {
+                        Some(t) => b.policy.max_age.saturating_sub(t.elapsed()),
+                        None => Duration::from_secs(1),
+                    };
+                    b = self
+                        .wake
+                        .wait_timeout(b, wait.max(Duration::from_millis(1)))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+            if let Err(e) = self.write_out() {
+                tracing::error!("writing buffered view changes to sled: {e}");
+                *lock(&self.failed) = Some(e.to_string());
+            }
+        }
+    }
+}
+
+/// The buffer, its writer thread, and the way to sled.
+pub(crate) struct WriteBehind {
+    shared: Arc<Shared>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WriteBehind {
+    pub fn new(tree: sled::Tree) -> Self {
+        let shared = Arc::new(Shared {
+            tree,
+            buffer: Mutex::new(Buffer::default()),
+            wake: Condvar::new(),
+            writing: Mutex::new(()),
+            stop: AtomicBool::new(false),
+            failed: Mutex::new(None),
+        });
+        let s = shared.clone();
+        let writer = std::thread::Builder::new()
+            .name("agentledger-views".into())
+            .spawn(move || s.run())
+            .map_err(|e| tracing::warn!("no view writer thread ({e}); commits write themselves"))
+            .ok();
+        Self { shared, writer }
+    }
+
+    pub fn set_policy(&self, policy: FlushPolicy) {
+        lock(&self.shared.buffer).policy = policy;
+    }
+
+    pub fn buffer(&self) -> MutexGuard<'_, Buffer> {
+        lock(&self.shared.buffer)
+    }
+
+    fn failure(&self) -> Result<(), ViewError> {
+        match lock(&self.shared.failed).take() {
+            Some(e) => Err(ViewError::Inconsistent(format!(
+                "an earlier write of view changes failed ({e})"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Commit one atomic set of changes.
+    pub fn write(&self, changes: Vec<Change>) -> Result<(), ViewError> {
+        self.failure()?;
+        let shared = &self.shared;
+        if changes.len() >= DIRECT_KEYS {
+            let _order = lock(&shared.writing);
+            if lock(&shared.buffer).is_empty() {
+                let mut batch = sled::Batch::default();
+                for (k, v) in changes {
+                    match v {
+                        Some(v) => batch.insert(k, v),
+                        None => batch.remove(k),
+                    }
+                }
+                shared.tree.apply_batch(batch)?;
+                return Ok(());
+            }
+        }
+        let (due, backlog) = {
+            let mut b = lock(&shared.buffer);
+            b.absorb(changes);
+            (
+                b.due(),
+                b.changes.len() >= BACKPRESSURE * b.policy.max_keys.max(1),
+            )
+        };
+        if backlog || (due && self.writer.is_none()) {
+            shared.write_out()?;
+        } else if due {
+            shared.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Write everything buffered now.
+    pub fn settle(&self) -> Result<(), ViewError> {
+        self.failure()?;
+        self.shared.write_out()?;
+        Ok(())
+    }
+}
+
+impl Drop for WriteBehind {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.wake.notify_all();
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+        if let Err(e) = self.settle() {
+            tracing::warn!("writing buffered view changes on close: {e}");
+        }
     }
 }
 
@@ -194,25 +390,70 @@ mod tests {
 
     #[test]
     fn the_buffer_is_due_by_size_or_age() {
-        let mut b = Buffer::default();
-        let policy = FlushPolicy {
-            max_age: Duration::from_secs(3600),
-            max_keys: 2,
+        let mut b = Buffer {
+            policy: FlushPolicy {
+                max_age: Duration::from_secs(3600),
+                max_keys: 2,
+            },
+            ..Buffer::default()
         };
-        assert!(!b.due(&policy));
+        assert!(!b.due());
         b.absorb([(b"a".to_vec(), Some(vec![1]))]);
-        assert!(!b.due(&policy));
+        assert!(!b.due());
         b.absorb([(b"b".to_vec(), None)]);
-        assert!(b.due(&policy));
+        assert!(b.due());
         assert_eq!(b.get(b"b"), Some(None));
         assert_eq!(b.get(b"a"), Some(Some(&[1u8][..])));
         let _ = b.take_batch();
-        assert!(b.is_empty() && !b.due(&policy));
-        let young = FlushPolicy {
-            max_age: Duration::ZERO,
-            max_keys: 100,
-        };
+        assert!(!b.due());
+        b.policy.max_age = Duration::ZERO;
         b.absorb([(b"c".to_vec(), Some(vec![]))]);
-        assert!(b.due(&young));
+        assert!(b.due());
+    }
+
+    #[test]
+    fn changes_stay_readable_while_written_and_newer_ones_outlive_the_write() {
+        let mut b = Buffer::default();
+        b.absorb([
+            (b"a".to_vec(), Some(vec![1])),
+            (b"b".to_vec(), Some(vec![2])),
+        ]);
+        let (generation, _batch) = b.take_batch();
+        // While sled is being written: still here, and `a` changes again.
+        assert_eq!(b.get(b"b"), Some(Some(&[2u8][..])));
+        b.absorb([(b"a".to_vec(), Some(vec![3]))]);
+        b.retire(generation);
+        assert_eq!(b.get(b"b"), None, "written: read from sled from now on");
+        assert_eq!(b.get(b"a"), Some(Some(&[3u8][..])), "newer than the write");
+    }
+
+    #[test]
+    fn the_writer_thread_writes_once_due_and_closing_writes_the_rest() {
+        let d = tempfile::tempdir().unwrap();
+        let db = sled::open(d.path()).unwrap();
+        let tree = db.open_tree("t").unwrap();
+        let wb = WriteBehind::new(tree.clone());
+        wb.set_policy(FlushPolicy {
+            max_age: Duration::from_millis(5),
+            max_keys: 1000,
+        });
+        wb.write(vec![(b"k".to_vec(), Some(b"v".to_vec()))])
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while wb.buffer().get(b"k").is_some() {
+            assert!(Instant::now() < deadline, "never written");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(tree.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+        wb.set_policy(FlushPolicy {
+            max_age: Duration::from_secs(3600),
+            max_keys: 1000,
+        });
+        wb.write(vec![(b"k".to_vec(), None), (b"l".to_vec(), Some(vec![]))])
+            .unwrap();
+        assert!(tree.get(b"l").unwrap().is_none());
+        drop(wb);
+        assert!(tree.get(b"k").unwrap().is_none());
+        assert!(tree.get(b"l").unwrap().is_some());
     }
 }

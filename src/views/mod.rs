@@ -15,11 +15,10 @@ pub use txn::ViewTxn;
 
 use crate::codec;
 use crate::log::Topic;
-use behind::{Buffer, Change};
+use behind::{Change, WriteBehind};
 use sha2::{Digest, Sha256};
 use std::ops::Bound;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ViewError {
@@ -49,13 +48,8 @@ pub struct Views {
     db: sled::Db,
     tree: sled::Tree,
     /// Committed changes not yet in sled (see `behind`).
-    buffer: Mutex<Buffer>,
-    policy: FlushPolicy,
+    behind: WriteBehind,
 }
-
-/// A view batch at least this large goes straight to sled when nothing is
-/// buffered: the projector's catch-up batches gain nothing from waiting.
-const DIRECT_KEYS: usize = 256;
 
 /// Entries of a key range: sled's, overlaid with buffered changes.
 pub type Entries = Merged<sled::Iter>;
@@ -98,14 +92,13 @@ impl Views {
         }
         Ok(Self {
             db,
+            behind: WriteBehind::new(tree.clone()),
             tree,
-            buffer: Mutex::new(Buffer::default()),
-            policy: FlushPolicy::default(),
         })
     }
 
     pub fn set_flush_policy(&mut self, policy: FlushPolicy) {
-        self.policy = policy;
+        self.behind.set_policy(policy);
     }
 
     /// The sled tree itself, after every buffered change has reached it.
@@ -121,41 +114,14 @@ impl Views {
         Ok(())
     }
 
-    fn buffer(&self) -> MutexGuard<'_, Buffer> {
-        // A panic elsewhere cannot leave the buffer half-updated: every
-        // change to it is a single map operation.
-        self.buffer.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Write every buffered change to sled in one batch.
     pub fn settle(&self) -> Result<(), ViewError> {
-        let mut buffer = self.buffer();
-        if !buffer.is_empty() {
-            self.tree.apply_batch(buffer.take_batch())?;
-        }
-        Ok(())
+        self.behind.settle()
     }
 
-    /// Commit one atomic set of changes: buffered, and with whatever is
-    /// already buffered written to sled once the policy says so.
+    /// Commit one atomic set of changes (buffered; see `behind`).
     pub(crate) fn write(&self, changes: Vec<Change>) -> Result<(), ViewError> {
-        let mut buffer = self.buffer();
-        if buffer.is_empty() && changes.len() >= DIRECT_KEYS {
-            let mut batch = sled::Batch::default();
-            for (k, v) in changes {
-                match v {
-                    Some(v) => batch.insert(k, v),
-                    None => batch.remove(k),
-                }
-            }
-            self.tree.apply_batch(batch)?;
-            return Ok(());
-        }
-        buffer.absorb(changes);
-        if buffer.due(&self.policy) {
-            self.tree.apply_batch(buffer.take_batch())?;
-        }
-        Ok(())
+        self.behind.write(changes)
     }
 
     /// A key's value, buffered or stored, handed to `f`.
@@ -164,7 +130,7 @@ impl Views {
         key: &[u8],
         f: impl FnOnce(&[u8]) -> Result<T, ViewError>,
     ) -> Result<Option<T>, ViewError> {
-        if let Some(v) = self.buffer().get(key) {
+        if let Some(v) = self.behind.buffer().get(key) {
             return v.map(f).transpose();
         }
         match self.tree.get(key)? {
@@ -175,7 +141,9 @@ impl Views {
 
     /// The entries of a key range, in key order.
     pub fn range(&self, from: Vec<u8>, to: Bound<Vec<u8>>) -> Entries {
+        // The buffer first: a change leaves it only once sled holds it.
         let buffered = self
+            .behind
             .buffer()
             .range((Bound::Included(from.clone()), to.clone()));
         Merged::new(self.tree.range((Bound::Included(from), to)), buffered)
@@ -360,14 +328,6 @@ impl Views {
     }
 }
 
-impl Drop for Views {
-    fn drop(&mut self) {
-        if let Err(e) = self.settle() {
-            tracing::warn!("writing buffered view changes on close: {e}");
-        }
-    }
-}
-
 /// The first key after every key that starts with `prefix`.
 fn prefix_end(prefix: &[u8]) -> Bound<Vec<u8>> {
     let mut end = prefix.to_vec();
@@ -427,7 +387,7 @@ mod tests {
         assert_eq!(v.offset(Topic::Ledger, 3).unwrap(), 42);
 
         v.settle().unwrap();
-        assert!(v.buffer().is_empty());
+        assert!(v.behind.buffer().is_empty());
         assert!(v.tree.get(listener_key("e", "c")).unwrap().is_none());
         assert_eq!(v.listeners("e").unwrap(), ["a", "b"]);
         drop(v);
@@ -443,7 +403,7 @@ mod tests {
             let mut t = v.txn();
             t.set_offset(Topic::Registry, 0, 7);
             t.commit().unwrap();
-            assert!(!v.buffer().is_empty());
+            assert!(!v.behind.buffer().is_empty());
         }
         let v = Views::open(d.path()).unwrap();
         assert_eq!(v.offset(Topic::Registry, 0).unwrap(), 7);
