@@ -51,6 +51,9 @@ fn raw_producer(brokers: &str, tx: mpsc::Sender<bool>) -> ThreadedProducer<Ctx> 
         .unwrap()
 }
 
+/// Operations per turn of engine and raw producer within a rep.
+const BLOCK: usize = 100;
+
 /// As the CLI runs on Kafka: views may be up to 100 ms old when an
 /// operation is decided (`--max-staleness-ms`, its default).
 fn options() -> EngineOptions {
@@ -139,36 +142,47 @@ fn main() {
 
     // Engine and raw producer take turns, so that both meet the same
     // moods of the broker and the machine; each rep's ratio compares the
-    // two halves of one turn. The first turn warms up a freshly started
+    // two sides' total times over that rep's blocks. The first turn warms up a freshly started
     // broker's JIT and is not counted (it measured 0.3–0.5 of later ones).
     let (mut engine_rates, mut raw_rates, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let mut all = Vec::new();
     for rep in 0..=reps {
-        // 1. Through the engine.
-        let t = Instant::now();
-        for i in 0..ops {
-            apply_value(
-                &mut engine,
-                &json!({"op":"open_run","run":format!("r{rep}-{i}"),"agent":"a"}),
-            )
-            .unwrap();
-        }
-        let engine_secs = t.elapsed().as_secs_f64();
-        // The exact bytes the engine wrote, for the raw producer to send.
-        let (records, ends) = ledger_records(log.as_ref(), &seen);
-        seen = ends;
-        assert_eq!(records.len(), ops, "one record per open_run");
-
-        // 2. Raw producer, same bytes, each send awaited.
-        let t = Instant::now();
-        for (k, p) in &records {
-            producer
-                .send(BaseRecord::to(&topic).key(k).payload(p))
-                .map_err(|(e, _)| e)
+        // Within a rep, engine and raw producer alternate every BLOCK
+        // operations (the raw producer sending the block the engine just
+        // wrote), so that a slow spell of the machine hits both alike.
+        let (mut engine_secs, mut raw_secs) = (0.0, 0.0);
+        let mut records = Vec::with_capacity(ops);
+        let mut i = 0;
+        while i < ops {
+            let block_end = (i + BLOCK).min(ops);
+            // 1. Through the engine.
+            let t = Instant::now();
+            for j in i..block_end {
+                apply_value(
+                    &mut engine,
+                    &json!({"op":"open_run","run":format!("r{rep}-{j}"),"agent":"a"}),
+                )
                 .unwrap();
-            assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+            }
+            engine_secs += t.elapsed().as_secs_f64();
+            // The exact bytes the engine wrote, for the raw producer to send.
+            let (block, ends) = ledger_records(log.as_ref(), &seen);
+            seen = ends;
+            assert_eq!(block.len(), block_end - i, "one record per open_run");
+
+            // 2. Raw producer, same bytes, each send awaited.
+            let t = Instant::now();
+            for (k, p) in &block {
+                producer
+                    .send(BaseRecord::to(&topic).key(k).payload(p))
+                    .map_err(|(e, _)| e)
+                    .unwrap();
+                assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+            }
+            raw_secs += t.elapsed().as_secs_f64();
+            records.extend(block);
+            i = block_end;
         }
-        let raw_secs = t.elapsed().as_secs_f64();
         let n = records.len() as f64;
         println!(
             "  {}: engine {:>6.0}/s, raw {:>6.0}/s, ratio {:.2}",
