@@ -111,22 +111,15 @@ fn main() {
     let log = engine.log().clone();
     let (_, mut seen) = ledger_records(log.as_ref(), &[]);
 
-    let topic = format!("bench{stamp}.raw");
-    // Create the raw topic with the engine's settings.
-    let _ = KafkaLog::connect(&KafkaConfig {
-        topic_prefix: format!("bench{stamp}.rawlog."),
+    // The raw producer's topic: a ledger topic created exactly as the
+    // engine creates its own (partitions, retention, record size limit).
+    let raw_log = KafkaLog::connect(&KafkaConfig {
+        topic_prefix: format!("bench{stamp}.raw."),
         ..cfg.clone()
     })
     .unwrap();
-    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
-        ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .create()
-            .unwrap();
-    let nt = rdkafka::admin::NewTopic::new(&topic, 4, rdkafka::admin::TopicReplication::Fixed(1));
-    futures_executor::block_on(admin.create_topics([&nt], &rdkafka::admin::AdminOptions::new()))
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(2));
+    let topic = raw_log.topic_name(Topic::Ledger).to_string();
+    drop(raw_log);
     let (tx, rx) = mpsc::channel();
     let producer = raw_producer(&brokers, tx);
     // Warm up the connection outside the timing, as the engine's was.
