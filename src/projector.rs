@@ -109,7 +109,12 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
                 refused_listeners: Vec::new(),
                 trail: vec![(step, pointer)],
             });
-            if let (Some(root), Some(hop)) = (&e.root, e.hop) {
+            // A root opening its own chain needs no chain write: while it is
+            // alone, its chain is read off its run state.
+            let lone_root = e.root.as_deref() == Some(e.run.as_str())
+                && txn.views().stored_chain(&e.run)?.is_none()
+                && !txn.has_chain(&e.run);
+            if let (Some(root), Some(hop), false) = (&e.root, e.hop, lone_root) {
                 let chain = txn.chain_mut(root)?;
                 if !chain.runs.contains(&e.run) {
                     chain.runs.push(e.run);

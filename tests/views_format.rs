@@ -69,3 +69,33 @@ fn views_in_an_older_format_are_refused_then_projected_again() {
     let engine = Engine::open_embedded(d.path(), EngineOptions::default()).unwrap();
     assert_eq!(engine.trail("r1", false).unwrap(), before);
 }
+
+#[test]
+fn a_lone_root_chain_is_read_off_its_run_and_stored_once_joined() {
+    let d = tempfile::tempdir().unwrap();
+    let mut l = common::Ledger::open(d.path());
+    let runs = l.drive_loop("solo");
+    assert!(runs.len() > 2, "{runs:?}");
+    l.open_run("alone", "developer");
+    let stored = |l: &common::Ledger, root: &str| {
+        l.engine
+            .views()
+            .tree()
+            .unwrap()
+            .get(keys::chain(root))
+            .unwrap()
+            .is_some()
+    };
+    // Alone: no chain write, yet the chain reads as the run itself.
+    assert!(!stored(&l, "alone"));
+    let c = l.engine.views().chain("alone").unwrap().unwrap();
+    assert_eq!((c.runs, c.max_hop), (vec!["alone".to_string()], 0));
+    // Joined by listeners: stored, every run in order.
+    assert!(stored(&l, "solo"));
+    let c = l.engine.views().chain("solo").unwrap().unwrap();
+    assert_eq!(c.runs, runs);
+    // A rebuild (root and listeners in one batch) gives the same views.
+    drop(l);
+    let (_, report) = common::rebuild_report(d.path());
+    assert_eq!(report["identical"], true, "{report}");
+}

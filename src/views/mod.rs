@@ -42,7 +42,8 @@ pub enum ViewError {
 /// Version of what the views hold and how. Views are a projection of the
 /// log, so a change only means rebuilding them; this says when to.
 /// 1: first page of a run's trail under its own key. 2: inside the run state.
-pub const VIEWS_FORMAT: u32 = 2;
+/// 3: a chain of its root run alone is not stored (read off the run state).
+pub const VIEWS_FORMAT: u32 = 3;
 
 pub struct Views {
     db: sled::Db,
@@ -250,7 +251,17 @@ impl Views {
         self.get_typed(&keys::task(task))
     }
 
+    /// A chain: stored once a second run joins it; a chain of its root
+    /// run alone (most of them) is read off that run's state.
     pub fn chain(&self, root: &str) -> Result<Option<ChainState>, ViewError> {
+        if let Some(stored) = self.get_typed(&keys::chain(root))? {
+            return Ok(Some(stored));
+        }
+        Ok(self.run(root)?.and_then(|r| ChainState::of_root_alone(&r)))
+    }
+
+    /// The chain as stored, without deriving a lone root's.
+    pub(crate) fn stored_chain(&self, root: &str) -> Result<Option<ChainState>, ViewError> {
         self.get_typed(&keys::chain(root))
     }
 

@@ -84,6 +84,15 @@ impl<'a> ViewTxn<'a> {
         Ok(self.runs.get_mut(run))
     }
 
+    pub fn views(&self) -> &'a Views {
+        self.views
+    }
+
+    /// Whether this batch already holds a chain's state.
+    pub fn has_chain(&self, root: &str) -> bool {
+        self.chains.contains_key(root)
+    }
+
     pub fn run_exists(&mut self, run: &str) -> Result<bool, ViewError> {
         Ok(self.run_mut(run)?.is_some())
     }
@@ -94,7 +103,14 @@ impl<'a> ViewTxn<'a> {
 
     pub fn chain_mut(&mut self, root: &str) -> Result<&mut ChainState, ViewError> {
         if !self.chains.contains_key(root) {
-            let s = self.views.chain(root)?.unwrap_or(ChainState {
+            let stored = match self.views.stored_chain(root)? {
+                Some(s) => Some(s),
+                // The root run may be in this batch, not in the views yet.
+                None => self
+                    .run_mut(root)?
+                    .and_then(|r| ChainState::of_root_alone(r)),
+            };
+            let s = stored.unwrap_or(ChainState {
                 root: root.to_string(),
                 runs: Vec::new(),
                 max_hop: 0,
