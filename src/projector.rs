@@ -110,10 +110,10 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
                 trail: vec![(step, pointer)],
             });
             // A root opening its own chain needs no chain write: while it is
-            // alone, its chain is read off its run state.
-            let lone_root = e.root.as_deref() == Some(e.run.as_str())
-                && txn.views().stored_chain(&e.run)?.is_none()
-                && !txn.has_chain(&e.run);
+            // alone, its chain is read off its run state. (No chain can be
+            // stored before its root is opened: joiners take their root from
+            // a run that exists, and a second opening was refused above.)
+            let lone_root = e.root.as_deref() == Some(e.run.as_str()) && !txn.has_chain(&e.run);
             if let (Some(root), Some(hop), false) = (&e.root, e.hop, lone_root) {
                 let chain = txn.chain_mut(root)?;
                 if !chain.runs.contains(&e.run) {

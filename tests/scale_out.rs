@@ -19,18 +19,7 @@ type Outcome = BTreeMap<String, (String, Option<String>, Option<u32>, Vec<String
 const ROOTS: usize = 12;
 
 fn setup(writer: &mut Ledger) {
-    writer.publish(
-        "developer",
-        "acme/platform",
-        &["review.done"],
-        &[("code.ready", &["patch"])],
-    );
-    writer.publish(
-        "reviewer",
-        "acme/platform",
-        &["code.ready"],
-        &[("review.done", &["review"])],
-    );
+    writer.publish_review_loop();
     writer.publish("linter", "acme/platform", &["code.ready"], &[]);
     for i in 0..ROOTS {
         writer.open_run(&format!("root-{i}"), "developer");

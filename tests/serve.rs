@@ -53,18 +53,7 @@ fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
 
 /// The developer ⇄ reviewer agents, and `roots` developer runs closed.
 fn closed_roots(l: &mut Ledger, roots: usize) {
-    l.publish(
-        "developer",
-        "acme/platform",
-        &["review.done"],
-        &[("code.ready", &["patch"])],
-    );
-    l.publish(
-        "reviewer",
-        "acme/platform",
-        &["code.ready"],
-        &[("review.done", &["review"])],
-    );
+    l.publish_review_loop();
     for i in 0..roots {
         l.open_run(&format!("root-{i}"), "developer");
         l.close(&format!("root-{i}"), json!({"patch": "p"}));

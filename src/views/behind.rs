@@ -95,13 +95,11 @@ impl Buffer {
     pub fn take_batch(&mut self) -> (u64, sled::Batch) {
         self.oldest = None;
         self.fresh = 0;
-        let mut batch = sled::Batch::default();
-        for (k, (_, v)) in &self.changes {
-            match v {
-                Some(v) => batch.insert(k.as_slice(), v.as_slice()),
-                None => batch.remove(k.as_slice()),
-            }
-        }
+        let batch = batch_of(
+            self.changes
+                .iter()
+                .map(|(k, (_, v))| (k.clone(), v.clone())),
+        );
         (self.generation, batch)
     }
 
@@ -118,6 +116,18 @@ impl Buffer {
             .map(|(k, (_, v))| (k.clone(), v.clone()))
             .collect()
     }
+}
+
+/// Changes as one sled batch.
+fn batch_of(changes: impl IntoIterator<Item = Change>) -> sled::Batch {
+    let mut batch = sled::Batch::default();
+    for (k, v) in changes {
+        match v {
+            Some(v) => batch.insert(k, v),
+            None => batch.remove(k),
+        }
+    }
+    batch
 }
 
 /// What the committing thread and the writer thread share.
@@ -233,14 +243,7 @@ impl WriteBehind {
         if changes.len() >= DIRECT_KEYS {
             let _order = lock(&shared.writing);
             if lock(&shared.buffer).is_empty() {
-                let mut batch = sled::Batch::default();
-                for (k, v) in changes {
-                    match v {
-                        Some(v) => batch.insert(k, v),
-                        None => batch.remove(k),
-                    }
-                }
-                shared.tree.apply_batch(batch)?;
+                shared.tree.apply_batch(batch_of(changes))?;
                 return Ok(());
             }
         }

@@ -84,10 +84,6 @@ impl<'a> ViewTxn<'a> {
         Ok(self.runs.get_mut(run))
     }
 
-    pub fn views(&self) -> &'a Views {
-        self.views
-    }
-
     /// Whether this batch already holds a chain's state.
     pub fn has_chain(&self, root: &str) -> bool {
         self.chains.contains_key(root)

@@ -128,9 +128,8 @@ impl Ledger {
             .unwrap_or_else(|| panic!("no run {run}"))
     }
 
-    /// The developer ⇄ reviewer loop, driven until nothing more opens.
-    /// Returns the runs in hop order.
-    pub fn drive_loop(&mut self, root: &str) -> Vec<String> {
+    /// The developer ⇄ reviewer agents: each listens to what the other emits.
+    pub fn publish_review_loop(&mut self) {
         self.publish(
             "developer",
             "acme/platform",
@@ -143,6 +142,12 @@ impl Ledger {
             &["code.ready"],
             &[("review.done", &["review"])],
         );
+    }
+
+    /// The developer ⇄ reviewer loop, driven until nothing more opens.
+    /// Returns the runs in hop order.
+    pub fn drive_loop(&mut self, root: &str) -> Vec<String> {
+        self.publish_review_loop();
         self.open_run(root, "developer");
         let mut runs = vec![root.to_string()];
         loop {
