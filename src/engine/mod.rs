@@ -291,11 +291,41 @@ impl Engine {
         ];
         // Registry first: a run record may name a version published in the same call.
         by_topic.sort_by_key(|(t, _, _)| *t != Topic::Registry);
+        // A call whose records all go to one partition (one operation on
+        // one chain: the usual case) is projected while the log makes it
+        // durable, as if it lands right after what the views hold; it is
+        // written to the views only if it landed exactly there.
+        let mut ahead: Option<Ahead<'_>> = None;
+        let single = by_topic.len() == 1;
         for (topic, idx, recs) in by_topic {
-            let placed = self.log.append(topic, &recs)?;
+            let appending = self.log.append_begin(topic, &recs)?;
+            if single {
+                ahead = project_ahead(self.log.as_ref(), &self.views, topic, &recs, &encoded)
+                    .unwrap_or_else(|e| {
+                        tracing::debug!("projecting ahead of the acknowledgement: {e}");
+                        None
+                    });
+            }
+            let placed = appending.wait()?;
             for (i, (partition, offset)) in idx.into_iter().zip(placed) {
                 positions[i] = Position { partition, offset };
             }
+        }
+        if let Some(ahead) = ahead {
+            let landed = positions.iter().enumerate().all(|(i, pos)| {
+                pos.partition == ahead.partition && pos.offset == ahead.first + i as u64
+            });
+            if landed {
+                ahead.write.commit()?;
+                for (i, digest) in ahead.digests.into_iter().enumerate() {
+                    self.recent
+                        .record(ahead.topic, ahead.partition, ahead.first + i as u64, digest);
+                }
+                let touched = [(ahead.topic, ahead.partition)];
+                self.checkpoint_partitions(false, &touched)?;
+                return Ok(positions);
+            }
+            // Something else landed first: project from the log below.
         }
         // Project what this call appended (registry first), partition by
         // partition. When nothing else arrived before our records — the
@@ -565,10 +595,73 @@ fn decode_batch(topic: Topic, p: u32, recs: Vec<crate::log::LogRecord>) -> Resul
         .collect()
 }
 
+/// A call's records projected before the log acknowledged them: the view
+/// changes they make if they land at `first`, `first + 1`, … of
+/// `partition`, and their digests for the checkpoints.
+struct Ahead<'a> {
+    topic: Topic,
+    partition: u32,
+    first: u64,
+    write: crate::views::txn::Prepared<'a>,
+    digests: Vec<[u8; 32]>,
+}
+
+/// Project `recs` (encoded as `encoded`, in call order) as if appended now
+/// to a log nobody else writes; `None` when they span partitions.
+fn project_ahead<'a>(
+    log: &dyn Log,
+    views: &'a Views,
+    topic: Topic,
+    recs: &[(Vec<u8>, Vec<u8>)],
+    encoded: &[Vec<u8>],
+) -> Result<Option<Ahead<'a>>> {
+    let Some(partition) = recs.first().map(|(k, _)| log.partition_of(topic, k)) else {
+        return Ok(None);
+    };
+    if recs.iter().any(|(k, _)| log.partition_of(topic, k) != partition) {
+        return Ok(None);
+    }
+    let first = views.offset(topic, partition)?;
+    let batch = encoded
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| Ok((first + i as u64, codec::decode_for_projection(bytes)?)))
+        .collect::<Result<DecodedBatch>>()?;
+    let digests = if CHAINED_TOPICS.contains(&topic) {
+        encoded
+            .iter()
+            .map(|bytes| Ok(crate::audit::hashchain::record_digest(bytes)?))
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
+    let (write, _) = prepare_batch(views, topic, partition, batch)?;
+    Ok(Some(Ahead {
+        topic,
+        partition,
+        first,
+        write,
+        digests,
+    }))
+}
+
 /// Apply one decoded batch and the offset it reaches in one atomic write.
 fn apply_batch(views: &Views, topic: Topic, p: u32, batch: DecodedBatch) -> Result<u64> {
+    let (write, n) = prepare_batch(views, topic, p, batch)?;
+    write.commit()?;
+    Ok(n)
+}
+
+/// The view changes of one decoded batch and the offset it reaches, ready
+/// to be written at once; and how many records it holds.
+fn prepare_batch(
+    views: &Views,
+    topic: Topic,
+    p: u32,
+    batch: DecodedBatch,
+) -> Result<(crate::views::txn::Prepared<'_>, u64)> {
     let Some(last) = batch.last().map(|(o, _)| *o) else {
-        return Ok(0);
+        return Ok((views.txn().prepare(), 0));
     };
     let n = batch.len() as u64;
     let mut txn = views.txn();
@@ -583,8 +676,7 @@ fn apply_batch(views: &Views, topic: Topic, p: u32, batch: DecodedBatch) -> Resu
         )?;
     }
     txn.set_offset(topic, p, last + 1);
-    txn.commit()?;
-    Ok(n)
+    Ok((txn.prepare(), n))
 }
 
 /// A long catch-up (a rebuild): one thread reads and decodes the next batch

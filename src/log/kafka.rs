@@ -8,8 +8,10 @@
 //! back from the metadata; it never relies on broker-side auto-creation.
 //!
 //! Writes go through one idempotent producer (`enable.idempotence`,
-//! `acks=all`) with the Java-compatible `murmur2_random` partitioner, so a
-//! key always lands in the same partition, also for Java clients. `append`
+//! `acks=all`); each record's partition is chosen as the Java client's
+//! default partitioner does (murmur2 of the key), so a key always lands in
+//! the same partition, also for Java clients, and the engine knows which
+//! before the broker answers (`partition_of`). `append`
 //! returns only when the broker has acknowledged every record of the call
 //! (all in-sync replicas); a record that failed or timed out makes the whole
 //! call an error — it is never dropped silently. Records of one call keep
@@ -339,6 +341,71 @@ fn consumer_config(config: &KafkaConfig) -> ClientConfig {
     c
 }
 
+/// An append whose records are with librdkafka, awaiting their delivery
+/// reports.
+struct KafkaAppending<'a> {
+    log: &'a KafkaLog,
+    name: &'a str,
+    producer: Arc<ThreadedProducer<Ctx>>,
+    batch: Arc<Batch>,
+    records: usize,
+    enqueued: usize,
+    enqueue_error: Option<String>,
+}
+
+impl super::Appending for KafkaAppending<'_> {
+    fn wait(self: Box<Self>) -> Result<Vec<(u32, u64)>, LogError> {
+        // Every enqueued record gets a delivery report within
+        // message.timeout.ms of its enqueueing, except that a record already
+        // in flight is only failed when its request times out
+        // (request.timeout.ms, at most the timeout too): so at worst twice
+        // the timeout, plus a margin.
+        let wait_deadline = Instant::now() + self.log.config.timeout * 2 + Duration::from_secs(5);
+        let results = self.batch.wait(self.enqueued, wait_deadline);
+
+        let mut out = Vec::with_capacity(self.records);
+        let mut failed = 0usize;
+        let mut first_error = self.enqueue_error;
+        for (i, r) in results.into_iter().enumerate() {
+            match r {
+                Some(Ok(pos)) => out.push(pos),
+                Some(Err(e)) => {
+                    failed += 1;
+                    first_error.get_or_insert_with(|| format!("record {i}: {e}"));
+                }
+                None => {
+                    failed += 1;
+                    if i < self.enqueued {
+                        first_error.get_or_insert_with(|| {
+                            format!(
+                                "record {i}: no delivery report within {}",
+                                human(self.log.config.timeout)
+                            )
+                        });
+                    }
+                }
+            }
+        }
+        if failed == 0 && first_error.is_none() {
+            return Ok(out);
+        }
+        self.log.replace_producer_if_fatal(&self.producer);
+        tracing::warn!(
+            topic = %self.name,
+            failed,
+            total = self.records,
+            "append to Kafka not acknowledged"
+        );
+        Err(LogError::Unavailable(format!(
+                "append to {} on Kafka at {}: {failed} of {} records not acknowledged (the call may be retried): {}",
+                self.name,
+                self.log.config.brokers,
+                self.records,
+                first_error.unwrap_or_default()
+            )))
+    }
+}
+
 impl KafkaLog {
     /// Connect to the cluster, create the missing topics and read the
     /// partition counts back. Fails within about `config.timeout` when no
@@ -634,9 +701,18 @@ impl Log for KafkaLog {
         topic: Topic,
         records: &[(Vec<u8>, Vec<u8>)],
     ) -> Result<Vec<(u32, u64)>, LogError> {
-        if records.is_empty() {
-            return Ok(Vec::new());
-        }
+        self.append_begin(topic, records)?.wait()
+    }
+
+    fn partition_of(&self, topic: Topic, key: &[u8]) -> u32 {
+        super::murmur2::partition(key, self.partitions(topic))
+    }
+
+    fn append_begin<'a>(
+        &'a self,
+        topic: Topic,
+        records: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<Box<dyn super::Appending + 'a>, LogError> {
         for (k, p) in records {
             let size = k.len() + p.len();
             if size > MAX_RECORD_BYTES {
@@ -658,7 +734,11 @@ impl Log for KafkaLog {
                 batch: batch.clone(),
                 index,
             });
+            // The partition is chosen here, as the Java client's default
+            // partitioner would, so that callers can know it in advance
+            // (`partition_of`).
             let mut record = BaseRecord::with_opaque_to(name, pending)
+                .partition(self.partition_of(topic, key) as i32)
                 .key(key.as_slice())
                 .payload(payload.as_slice());
             loop {
@@ -685,50 +765,15 @@ impl Log for KafkaLog {
                 break;
             }
         }
-        // Every enqueued record gets a delivery report within
-        // message.timeout.ms of its enqueueing, except that a record already
-        // in flight is only failed when its request times out
-        // (request.timeout.ms, at most the timeout too): so at worst twice
-        // the timeout, plus a margin.
-        let wait_deadline = Instant::now() + timeout * 2 + Duration::from_secs(5);
-        let results = batch.wait(enqueued, wait_deadline);
-
-        let mut out = Vec::with_capacity(records.len());
-        let mut failed = 0usize;
-        let mut first_error = enqueue_error.clone();
-        for (i, r) in results.into_iter().enumerate() {
-            match r {
-                Some(Ok(pos)) => out.push(pos),
-                Some(Err(e)) => {
-                    failed += 1;
-                    first_error.get_or_insert_with(|| format!("record {i}: {e}"));
-                }
-                None => {
-                    failed += 1;
-                    if i < enqueued {
-                        first_error.get_or_insert_with(|| {
-                            format!("record {i}: no delivery report within {}", human(timeout))
-                        });
-                    }
-                }
-            }
-        }
-        if failed == 0 && first_error.is_none() {
-            return Ok(out);
-        }
-        self.replace_producer_if_fatal(&producer);
-        tracing::warn!(
-            topic = %name,
-            failed,
-            total = records.len(),
-            "append to Kafka not acknowledged"
-        );
-        Err(LogError::Unavailable(format!(
-            "append to {name} on Kafka at {}: {failed} of {} records not acknowledged (the call may be retried): {}",
-            self.config.brokers,
-            records.len(),
-            first_error.unwrap_or_default()
-        )))
+        Ok(Box::new(KafkaAppending {
+            log: self,
+            name,
+            producer,
+            batch,
+            records: records.len(),
+            enqueued,
+            enqueue_error,
+        }))
     }
 
     fn read(

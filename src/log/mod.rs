@@ -10,6 +10,7 @@ pub mod embedded;
 pub mod group;
 pub mod kafka;
 mod kafka_group;
+mod murmur2;
 
 use std::fmt;
 use std::ops::ControlFlow;
@@ -118,6 +119,25 @@ pub trait Log: Send + Sync {
         records: &[(Vec<u8>, Vec<u8>)],
     ) -> Result<Vec<(u32, u64)>, LogError>;
 
+    /// The partition `append` places a record with this key in.
+    fn partition_of(&self, topic: Topic, key: &[u8]) -> u32 {
+        partition_for_key(key, self.partitions(topic))
+    }
+
+    /// Hand records to the log and return before they are durable: the
+    /// caller can do work that needs the records but not their offsets
+    /// (on Kafka, while the broker acknowledges them), then
+    /// [`Appending::wait`] answers exactly as `append` would have. Nothing
+    /// may be taken as written before `wait` says so. Backends that cannot
+    /// split the two finish the append here.
+    fn append_begin<'a>(
+        &'a self,
+        topic: Topic,
+        records: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<Box<dyn Appending + 'a>, LogError> {
+        Ok(Box::new(Appended(self.append(topic, records))))
+    }
+
     /// Up to `max` records of one partition starting at `from`.
     fn read(
         &self,
@@ -192,6 +212,22 @@ pub trait Log: Send + Sync {
         Ok(Box::new(group::Alone {
             partitions: self.partitions(Topic::Ledger),
         }))
+    }
+}
+
+/// An append begun with [`Log::append_begin`].
+pub trait Appending {
+    /// Block until the records are durable (or have failed); returns
+    /// (partition, offset) of each, as `append` does.
+    fn wait(self: Box<Self>) -> Result<Vec<(u32, u64)>, LogError>;
+}
+
+/// An append that was over before `append_begin` returned.
+struct Appended(Result<Vec<(u32, u64)>, LogError>);
+
+impl Appending for Appended {
+    fn wait(self: Box<Self>) -> Result<Vec<(u32, u64)>, LogError> {
+        self.0
     }
 }
 

@@ -178,6 +178,13 @@ impl<'a> ViewTxn<'a> {
 
     /// Apply every change as one atomic unit.
     pub fn commit(self) -> Result<(), ViewError> {
+        self.prepare().commit()
+    }
+
+    /// Encode the batch's changes without writing them yet: all of a
+    /// commit's work but the write, for a caller that learns only later
+    /// whether it may write them.
+    pub fn prepare(self) -> Prepared<'a> {
         let mut changes: Vec<_> = self.raw.into_iter().collect();
         changes.reserve(self.runs.len() + self.chains.len() + self.pages.len());
         for (id, s) in self.runs {
@@ -189,6 +196,23 @@ impl<'a> ViewTxn<'a> {
         for (key, page) in self.pages {
             changes.push((key, Some(encode(&page))));
         }
-        self.views.write(changes)
+        Prepared {
+            views: self.views,
+            changes,
+        }
+    }
+}
+
+/// A batch's encoded changes (see [`ViewTxn::prepare`]); dropping it
+/// writes nothing.
+pub struct Prepared<'a> {
+    views: &'a Views,
+    changes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl Prepared<'_> {
+    /// Write the changes in one atomic batch.
+    pub fn commit(self) -> Result<(), ViewError> {
+        self.views.write(self.changes)
     }
 }
