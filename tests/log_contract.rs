@@ -314,6 +314,41 @@ fn contract_batch_of_2000_records(log: &dyn Log) {
     assert_eq!(seen, 2000);
 }
 
+fn contract_records_land_in_their_partition_of(log: &dyn Log) {
+    let records: Records = (0..64)
+        .map(|i| rec(&format!("root-{i}{}", "x".repeat(i % 4)), "x"))
+        .collect();
+    let pos = log.append(Topic::Ledger, &records).unwrap();
+    for ((key, _), (p, _)) in records.iter().zip(&pos) {
+        assert_eq!(
+            *p,
+            log.partition_of(Topic::Ledger, key),
+            "{}",
+            String::from_utf8_lossy(key)
+        );
+    }
+}
+
+fn contract_append_begin_then_wait_is_an_append(log: &dyn Log) {
+    let first: Records = (0..10).map(|i| rec("chain-a", format!("a{i}"))).collect();
+    let p = log.partition_of(Topic::Ledger, b"chain-a");
+    let before = log.end_offset(Topic::Ledger, p).unwrap();
+    let appending = log.append_begin(Topic::Ledger, &first).unwrap();
+    let pos = appending.wait().unwrap();
+    let want: Vec<(u32, u64)> = (0..10).map(|i| (p, before + i)).collect();
+    assert_eq!(pos, want, "dense offsets in the key's partition");
+    assert_positions(log, Topic::Ledger, &first, &pos);
+    // An oversized record is refused, by one half or the other, and
+    // nothing of it written.
+    let big = vec![rec("chain-a", vec![0u8; 20 << 20])];
+    let refused = log.append_begin(Topic::Ledger, &big).and_then(|a| a.wait());
+    assert!(
+        matches!(refused, Err(LogError::TooLarge { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(log.end_offset(Topic::Ledger, p).unwrap(), before + 10);
+}
+
 macro_rules! contract_suite {
     ($($name:ident => $contract:ident),* $(,)?) => {
         /// The contract on the embedded log.
@@ -354,6 +389,8 @@ contract_suite! {
     large_record_of_a_few_mb => contract_large_record_of_a_few_mb,
     oversized_record_is_refused_whole => contract_oversized_record_is_refused_whole,
     batch_of_2000_records => contract_batch_of_2000_records,
+    records_land_in_their_partition_of => contract_records_land_in_their_partition_of,
+    append_begin_then_wait_is_an_append => contract_append_begin_then_wait_is_an_append,
 }
 
 // --------------------------------------------------------------------------

@@ -318,8 +318,12 @@ impl Engine {
             if landed {
                 ahead.write.commit()?;
                 for (i, digest) in ahead.digests.into_iter().enumerate() {
-                    self.recent
-                        .record(ahead.topic, ahead.partition, ahead.first + i as u64, digest);
+                    self.recent.record(
+                        ahead.topic,
+                        ahead.partition,
+                        ahead.first + i as u64,
+                        digest,
+                    );
                 }
                 let touched = [(ahead.topic, ahead.partition)];
                 self.checkpoint_partitions(false, &touched)?;
@@ -618,7 +622,10 @@ fn project_ahead<'a>(
     let Some(partition) = recs.first().map(|(k, _)| log.partition_of(topic, k)) else {
         return Ok(None);
     };
-    if recs.iter().any(|(k, _)| log.partition_of(topic, k) != partition) {
+    if recs
+        .iter()
+        .any(|(k, _)| log.partition_of(topic, k) != partition)
+    {
         return Ok(None);
     }
     let first = views.offset(topic, partition)?;
