@@ -44,9 +44,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::metadata::Metadata;
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
+use std::ffi::c_void;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -163,9 +164,23 @@ impl Batch {
         self.done.notify_all();
     }
 
-    /// Wait until `expected` reports arrived or `deadline` passed; returns
-    /// the reports so far.
-    fn wait(&self, expected: usize, deadline: Instant) -> Vec<Option<Result<(u32, u64), String>>> {
+    fn reported(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .reported
+    }
+
+    fn results(&self) -> Vec<Option<Result<(u32, u64), String>>> {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .results
+            .clone()
+    }
+
+    /// Wait until `expected` reports arrived or `deadline` passed.
+    fn wait(&self, expected: usize, deadline: Instant) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         while st.reported < expected {
             let now = Instant::now();
@@ -177,7 +192,6 @@ impl Batch {
                 Err(p) => p.into_inner().0,
             };
         }
-        st.results.clone()
     }
 }
 
@@ -241,6 +255,146 @@ impl ProducerContext for Ctx {
 
 // ---------------------------------------------------------------------------
 
+/// The producer and who serves its delivery reports: the thread waiting
+/// for an append polls librdkafka itself, woken by librdkafka when a report
+/// arrives, so an acknowledgement wakes it directly — a background polling
+/// thread (rdkafka's `ThreadedProducer`) is one more thread to wake on every
+/// append. One waiter polls at a time and hands the other batches' reports
+/// over through their condition variables.
+struct Appender {
+    producer: BaseProducer<Ctx>,
+    /// A handle on the producer's event queue, to learn when it holds
+    /// something (librdkafka calls `queue_filled` then).
+    queue: EventQueue,
+    filled: Box<Filled>,
+    polling: Mutex<()>,
+}
+
+/// librdkafka's queue handle; its functions may be called from any thread.
+struct EventQueue(*mut rdkafka::bindings::rd_kafka_queue_t);
+// SAFETY: librdkafka queue handles are thread-safe.
+unsafe impl Send for EventQueue {}
+unsafe impl Sync for EventQueue {}
+
+/// Counts the times the event queue went from empty to filled.
+#[derive(Default)]
+struct Filled {
+    times: Mutex<u64>,
+    cond: Condvar,
+}
+
+impl Filled {
+    fn times(&self) -> u64 {
+        *self.times.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wait until the queue filled again since it had filled `seen` times.
+    fn wait_past(&self, seen: u64, deadline: Instant) {
+        let mut times = self.times.lock().unwrap_or_else(|p| p.into_inner());
+        while *times == seen {
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            times = match self.cond.wait_timeout(times, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+}
+
+/// Called by librdkafka (on its own thread, holding the queue's lock) when
+/// the producer's event queue goes from empty to filled.
+unsafe extern "C" fn queue_filled(_rk: *mut rdkafka::bindings::rd_kafka_t, opaque: *mut c_void) {
+    // SAFETY: `opaque` is the `Filled` the Appender registered, which
+    // outlives the registration (see `Drop for Appender`).
+    let filled = unsafe { &*(opaque as *const Filled) };
+    *filled.times.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+    filled.cond.notify_all();
+}
+
+impl Appender {
+    fn new(config: &KafkaConfig) -> Result<Self, KafkaError> {
+        let producer: BaseProducer<Ctx> = producer_config(config).create_with_context(Ctx)?;
+        let filled = Box::<Filled>::default();
+        // SAFETY: the client pointer is valid while `producer` lives; the
+        // queue handle is released in Drop, after the callback is removed.
+        let queue = unsafe {
+            let q = rdkafka::bindings::rd_kafka_queue_get_main(producer.client().native_ptr());
+            rdkafka::bindings::rd_kafka_queue_cb_event_enable(
+                q,
+                Some(queue_filled),
+                &*filled as *const Filled as *mut c_void,
+            );
+            EventQueue(q)
+        };
+        Ok(Self {
+            producer,
+            queue,
+            filled,
+            polling: Mutex::new(()),
+        })
+    }
+
+    fn queued(&self) -> usize {
+        // SAFETY: the handle is valid until Drop.
+        unsafe { rdkafka::bindings::rd_kafka_queue_length(self.queue.0) }
+    }
+
+    /// Wait until `expected` reports of `batch` arrived or `deadline`
+    /// passed; returns the reports so far.
+    fn wait(
+        &self,
+        batch: &Batch,
+        expected: usize,
+        deadline: Instant,
+    ) -> Vec<Option<Result<(u32, u64), String>>> {
+        loop {
+            let now = Instant::now();
+            if batch.reported() >= expected || now >= deadline {
+                return batch.results();
+            }
+            match self.polling.try_lock() {
+                Ok(_serving) => {
+                    let seen = self.filled.times();
+                    // Serve what is queued (a zero-timeout poll serves one
+                    // event; each may report several records), bounded in
+                    // case the queue holds something a poll does not take.
+                    for _ in 0..1024 {
+                        if self.queued() == 0 {
+                            break;
+                        }
+                        self.producer.poll(Duration::ZERO);
+                    }
+                    if batch.reported() < expected {
+                        self.filled
+                            .wait_past(seen, deadline.min(now + Duration::from_millis(100)));
+                    }
+                }
+                // Another waiter serves the reports; take over if it is
+                // gone before ours arrived.
+                Err(_) => batch.wait(expected, deadline.min(now + Duration::from_millis(2))),
+            }
+        }
+    }
+}
+
+impl Drop for Appender {
+    fn drop(&mut self) {
+        // SAFETY: unregister before `filled` is freed, then release the
+        // handle; the producer itself is dropped after this.
+        unsafe {
+            rdkafka::bindings::rd_kafka_queue_cb_event_enable(
+                self.queue.0,
+                None,
+                std::ptr::null_mut(),
+            );
+            rdkafka::bindings::rd_kafka_queue_destroy(self.queue.0);
+        }
+    }
+}
+
 /// Where the reading consumer stands: the next offset it will return for the
 /// partition it is assigned to, so sequential reads need no re-assignment.
 type SharedReader = Arc<Mutex<Reader>>;
@@ -259,7 +413,7 @@ pub struct KafkaLog {
     /// Metadata and watermark queries (never blocked behind a read).
     admin: AdminClient<Ctx>,
     /// Replaced when librdkafka reports a fatal (idempotence) error.
-    producer: RwLock<Arc<ThreadedProducer<Ctx>>>,
+    producer: RwLock<Arc<Appender>>,
     /// One consumer per partition read, each staying assigned where its
     /// last read ended: re-assigning one shared consumer on every switch of
     /// partition restarts its fetcher and costs a round of fetch waits.
@@ -346,7 +500,7 @@ fn consumer_config(config: &KafkaConfig) -> ClientConfig {
 struct KafkaAppending<'a> {
     log: &'a KafkaLog,
     name: &'a str,
-    producer: Arc<ThreadedProducer<Ctx>>,
+    producer: Arc<Appender>,
     batch: Arc<Batch>,
     records: usize,
     enqueued: usize,
@@ -361,7 +515,9 @@ impl super::Appending for KafkaAppending<'_> {
         // (request.timeout.ms, at most the timeout too): so at worst twice
         // the timeout, plus a margin.
         let wait_deadline = Instant::now() + self.log.config.timeout * 2 + Duration::from_secs(5);
-        let results = self.batch.wait(self.enqueued, wait_deadline);
+        let results = self
+            .producer
+            .wait(&self.batch, self.enqueued, wait_deadline);
 
         let mut out = Vec::with_capacity(self.records);
         let mut failed = 0usize;
@@ -452,8 +608,7 @@ impl KafkaLog {
             .collect();
         let partitions = ensure_topics(&admin, config, &names, &md)?;
 
-        let producer: ThreadedProducer<Ctx> = producer_config(config)
-            .create_with_context(Ctx)
+        let producer = Appender::new(config)
             .map_err(|e| LogError::Unavailable(format!("cannot create the Kafka producer: {e}")))?;
         // Fail at connect, not at the first read, if consumers cannot be made.
         new_reader(config)?;
@@ -486,7 +641,7 @@ impl KafkaLog {
         }
     }
 
-    fn producer(&self) -> Arc<ThreadedProducer<Ctx>> {
+    fn producer(&self) -> Arc<Appender> {
         match self.producer.read() {
             Ok(p) => p.clone(),
             Err(p) => p.into_inner().clone(),
@@ -496,8 +651,8 @@ impl KafkaLog {
     /// After a failed append: an idempotent producer that hit a fatal error
     /// (e.g. an unrecoverable sequence gap) refuses everything after; start
     /// a fresh one so later appends can succeed.
-    fn replace_producer_if_fatal(&self, failed: &Arc<ThreadedProducer<Ctx>>) {
-        let Some((code, reason)) = failed.client().fatal_error() else {
+    fn replace_producer_if_fatal(&self, failed: &Arc<Appender>) {
+        let Some((code, reason)) = failed.producer.client().fatal_error() else {
             return;
         };
         let mut slot = match self.producer.write() {
@@ -508,7 +663,7 @@ impl KafkaLog {
             return; // another appender replaced it already
         }
         tracing::error!(%code, %reason, "the Kafka producer hit a fatal error; starting a new one");
-        match producer_config(&self.config).create_with_context(Ctx) {
+        match Appender::new(&self.config) {
             Ok(p) => *slot = Arc::new(p),
             Err(e) => tracing::error!("cannot create a new Kafka producer: {e}"),
         }
@@ -742,7 +897,7 @@ impl Log for KafkaLog {
                 .key(key.as_slice())
                 .payload(payload.as_slice());
             loop {
-                match producer.send(record) {
+                match producer.producer.send(record) {
                     Ok(()) => {
                         enqueued += 1;
                         break;
