@@ -2,7 +2,10 @@
 //! - ingest through the engine (`open_run` operations via `apply`, each
 //!   acknowledged by the broker before it is answered) versus a raw rdkafka
 //!   producer sending the same record bytes with the same guarantees
-//!   (idempotent, acks=all, each send awaited before the next);
+//!   (idempotent, acks=all, each send awaited before the next; rdkafka's
+//!   `ThreadedProducer`, its delivery reports served by its polling thread);
+//! - the engine's own log layer alone (`KafkaLog::append` of the same bytes,
+//!   one record per call), to tell the engine's work from the log's;
 //! - the raw producer pipelined (all sends in flight, then flush), for scale;
 //! - projector throughput: rebuilding views from the Kafka topics.
 //!
@@ -119,7 +122,6 @@ fn main() {
     })
     .unwrap();
     let topic = raw_log.topic_name(Topic::Ledger).to_string();
-    drop(raw_log);
     let (tx, rx) = mpsc::channel();
     let producer = raw_producer(&brokers, tx);
     // Warm up the connection outside the timing, as the engine's was.
@@ -138,12 +140,13 @@ fn main() {
     // two sides' total times over that rep's blocks. The first turn warms up a freshly started
     // broker's JIT and is not counted (it measured 0.3–0.5 of later ones).
     let (mut engine_rates, mut raw_rates, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut log_rates, mut log_ratios) = (Vec::new(), Vec::new());
     let mut all = Vec::new();
     for rep in 0..=reps {
         // Within a rep, engine and raw producer alternate every BLOCK
         // operations (the raw producer sending the block the engine just
         // wrote), so that a slow spell of the machine hits both alike.
-        let (mut engine_secs, mut raw_secs) = (0.0, 0.0);
+        let (mut engine_secs, mut raw_secs, mut log_secs) = (0.0, 0.0, 0.0);
         let mut records = Vec::with_capacity(ops);
         let mut i = 0;
         while i < ops {
@@ -173,12 +176,22 @@ fn main() {
                 assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap());
             }
             raw_secs += t.elapsed().as_secs_f64();
+
+            // 3. The engine's own log layer alone (`KafkaLog::append`, one
+            // record per call), same bytes, same topic as the raw producer.
+            let t = Instant::now();
+            for rec in &block {
+                raw_log
+                    .append(Topic::Ledger, std::slice::from_ref(rec))
+                    .unwrap();
+            }
+            log_secs += t.elapsed().as_secs_f64();
             records.extend(block);
             i = block_end;
         }
         let n = records.len() as f64;
         println!(
-            "  {}: engine {:>6.0}/s, raw {:>6.0}/s, ratio {:.2}",
+            "  {}: engine {:>6.0}/s, raw {:>6.0}/s, ratio {:.2}; log layer {:>6.0}/s",
             if rep == 0 {
                 "warm-up (not counted)".to_string()
             } else {
@@ -186,7 +199,8 @@ fn main() {
             },
             n / engine_secs,
             n / raw_secs,
-            raw_secs / engine_secs
+            raw_secs / engine_secs,
+            n / log_secs
         );
         if rep == 0 {
             continue;
@@ -194,6 +208,8 @@ fn main() {
         engine_rates.push(n / engine_secs);
         raw_rates.push(n / raw_secs);
         ratios.push(raw_secs / engine_secs);
+        log_rates.push(n / log_secs);
+        log_ratios.push(log_secs / engine_secs);
         all.extend(records);
     }
     drop(engine);
@@ -229,6 +245,11 @@ fn main() {
     println!(
         "  raw rdkafka, same bytes, acked each   {:>8.0} records/s median",
         median(raw_rates)
+    );
+    println!(
+        "  KafkaLog::append alone, same bytes    {:>8.0} records/s median (engine / log layer {:.2})",
+        median(log_rates),
+        median(log_ratios)
     );
     println!(
         "  raw rdkafka, pipelined                {:>8.0} records/s",

@@ -251,6 +251,53 @@ fn contract_wait_beyond_wakes_when_another_thread_appends(log: &dyn Log) {
     });
 }
 
+fn contract_concurrent_appends_each_get_their_answer(log: &dyn Log) {
+    // Several threads appending one record at a time: every call comes
+    // back (each thread's acknowledgements may be served by another
+    // waiting thread) with its own records, in order.
+    let threads = 4;
+    let each = 150;
+    let answers: Vec<Vec<(u32, u64)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    (0..each)
+                        .map(|i| {
+                            let pos = log
+                                .append(
+                                    Topic::Ledger,
+                                    &[rec(&format!("writer-{t}"), format!("{t}:{i}"))],
+                                )
+                                .unwrap();
+                            assert_eq!(pos.len(), 1);
+                            pos[0]
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (t, positions) in answers.iter().enumerate() {
+        let p = log.partition_of(Topic::Ledger, format!("writer-{t}").as_bytes());
+        assert!(
+            positions.iter().all(|(q, _)| *q == p),
+            "writer-{t} in one partition"
+        );
+        assert!(
+            positions.windows(2).all(|w| w[0].1 < w[1].1),
+            "writer-{t}'s offsets increase"
+        );
+        let mine: Vec<String> = read_all(log, Topic::Ledger, p, 1000)
+            .into_iter()
+            .filter(|r| r.key == format!("writer-{t}").as_bytes())
+            .map(|r| String::from_utf8(r.payload).unwrap())
+            .collect();
+        let want: Vec<String> = (0..each).map(|i| format!("{t}:{i}")).collect();
+        assert_eq!(mine, want, "writer-{t}'s records, once each, in order");
+    }
+}
+
 fn contract_large_record_of_a_few_mb(log: &dyn Log) {
     let big: Vec<u8> = (0..3 * 1024 * 1024 + 17)
         .map(|i: u32| (i % 251) as u8)
@@ -391,6 +438,7 @@ contract_suite! {
     batch_of_2000_records => contract_batch_of_2000_records,
     records_land_in_their_partition_of => contract_records_land_in_their_partition_of,
     append_begin_then_wait_is_an_append => contract_append_begin_then_wait_is_an_append,
+    concurrent_appends_each_get_their_answer => contract_concurrent_appends_each_get_their_answer,
 }
 
 // --------------------------------------------------------------------------
