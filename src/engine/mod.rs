@@ -24,6 +24,7 @@ use crate::loops::{AgentIndex, LoopBounds};
 use crate::model::LedgerEvent;
 use crate::projector::{self, Position};
 use crate::views::Views;
+use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -150,6 +151,10 @@ pub struct Engine {
     /// When the views last caught up with the whole log.
     caught_up_at: Option<std::time::Instant>,
     recent: recent::RecentDigests,
+    /// The checkpoint mark last read per partition. Marks only move
+    /// forward, so it is a floor: while fewer records than an interval lie
+    /// past it, no checkpoint is due and the mark need not be read again.
+    mark_floor: HashMap<(Topic, u32), u64>,
     _lock: Option<File>,
 }
 
@@ -216,6 +221,7 @@ impl Engine {
             agent_index: None,
             caught_up_at: None,
             recent: Default::default(),
+            mark_floor: HashMap::new(),
             _lock: None,
         }
     }
@@ -402,7 +408,16 @@ impl Engine {
         let mut unfolded = false;
         for &(topic, p) in partitions {
             let end = self.views.offset(topic, p)?;
+            let below_floor = |floor: &u64| end.saturating_sub(*floor) < CHECKPOINT_INTERVAL;
+            if !force && self.mark_floor.get(&(topic, p)).is_some_and(below_floor) {
+                continue;
+            }
             let mut mark = self.views.checkpoint_mark(topic, p)?;
+            // Read the views again next time if a checkpoint is written below.
+            match end.saturating_sub(mark.to) < CHECKPOINT_INTERVAL {
+                true => self.mark_floor.insert((topic, p), mark.to),
+                false => self.mark_floor.remove(&(topic, p)),
+            };
             loop {
                 let to = if end - mark.to.min(end) >= CHECKPOINT_INTERVAL {
                     mark.to + CHECKPOINT_INTERVAL

@@ -70,12 +70,31 @@ pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
     codec::to_bytes(value).unwrap_or_default()
 }
 
+/// Open the sled database, waiting a moment for its lock: sled's io
+/// threads finish writing a just-closed database in the background and hold
+/// its file lock until they have (seen reopening views in one process).
+fn open_db(dir: &Path) -> Result<sled::Db, ViewError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let opened = sled::Config::new()
+            .path(dir)
+            .cache_capacity(256 * 1024 * 1024)
+            .open();
+        match opened {
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
 impl Views {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, ViewError> {
-        let db = sled::Config::new()
-            .path(dir.as_ref())
-            .cache_capacity(256 * 1024 * 1024)
-            .open()?;
+        let db = open_db(dir.as_ref())?;
         let tree = db.open_tree("views")?;
         let found = match tree.get(keys::format())? {
             Some(v) => decode::<u32>(&keys::format(), &v)?,
