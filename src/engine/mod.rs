@@ -414,10 +414,11 @@ impl Engine {
             }
             let mut mark = self.views.checkpoint_mark(topic, p)?;
             // Read the views again next time if a checkpoint is written below.
-            match end.saturating_sub(mark.to) < CHECKPOINT_INTERVAL {
-                true => self.mark_floor.insert((topic, p), mark.to),
-                false => self.mark_floor.remove(&(topic, p)),
-            };
+            if end.saturating_sub(mark.to) < CHECKPOINT_INTERVAL {
+                self.mark_floor.insert((topic, p), mark.to);
+            } else {
+                self.mark_floor.remove(&(topic, p));
+            }
             loop {
                 let to = if end - mark.to.min(end) >= CHECKPOINT_INTERVAL {
                     mark.to + CHECKPOINT_INTERVAL

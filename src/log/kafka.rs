@@ -181,17 +181,9 @@ impl Batch {
 
     /// Wait until `expected` reports arrived or `deadline` passed.
     fn wait(&self, expected: usize, deadline: Instant) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        while st.reported < expected {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            st = match self.done.wait_timeout(st, deadline - now) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
-        }
+        wait_until(&self.state, &self.done, deadline, |st| {
+            st.reported >= expected
+        });
     }
 }
 
@@ -290,18 +282,18 @@ impl Filled {
 
     /// Wait until the queue filled again since it had filled `seen` times.
     fn wait_past(&self, seen: u64, deadline: Instant) {
-        let mut times = self.times.lock().unwrap_or_else(|p| p.into_inner());
-        while *times == seen {
-            let now = Instant::now();
-            if now >= deadline {
-                return;
-            }
-            times = match self.cond.wait_timeout(times, deadline - now) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
-        }
+        wait_until(&self.times, &self.cond, deadline, |times| *times != seen);
     }
+}
+
+/// Block on `cond` until `done` holds for the guarded state or `deadline`
+/// passes. A poisoned lock only means another waiter panicked; the state
+/// is still what the reports made it.
+fn wait_until<T>(lock: &Mutex<T>, cond: &Condvar, deadline: Instant, done: impl Fn(&T) -> bool) {
+    let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+    let left = deadline.saturating_duration_since(Instant::now());
+    let waited = cond.wait_timeout_while(guard, left, |st| !done(st));
+    drop(waited.unwrap_or_else(|p| p.into_inner()));
 }
 
 /// Called by librdkafka (on its own thread, holding the queue's lock) when
