@@ -1,14 +1,20 @@
-//! Content store: sha256-addressed blobs on local disk. The ledger keeps
+//! Content store: sha256-addressed bytes on local disk. The ledger keeps
 //! refs, digests, sizes and labels; the bytes live only here (R8, R15).
 //! Blobs are written to a temporary file, fsynced and renamed into place, so
-//! a crash leaves either the whole blob or none. Expiry (R15) is a deadline
-//! written beside the blob: past it the bytes are deleted and reads answer
-//! `expired`, while the digest stays in the ledger.
+//! a crash leaves either the whole blob or none.
+//!
+//! The store knows nothing of expiry. The same bytes may be held by many
+//! references at once — an artifact, a blob grant of one task with a TTL of a
+//! second, another task's grant of an hour — and each reference carries its
+//! own deadline in the ledger (see `views::ContentRefs`). Reads never delete
+//! anything: bytes go only in a [`ContentStore::sweep`] (run by `serve` and
+//! by `agentledger gc`), and only when no live reference holds them.
 
 use sha2::{Digest, Sha256};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 /// Largest blob the store accepts.
 pub const MAX_BLOB_BYTES: usize = 16 * 1024 * 1024;
@@ -27,10 +33,8 @@ pub enum StoreError {
     Missing(String),
     #[error("blob {uri} is damaged: its bytes hash to sha256:{found}")]
     DigestMismatch { uri: String, found: String },
-    #[error("blob of {size} bytes exceeds the limit of {MAX_BLOB_BYTES} bytes")]
+    #[error("content of {size} bytes exceeds the limit of {MAX_BLOB_BYTES} bytes")]
     TooLarge { size: usize },
-    #[error("blob {0} has expired; its bytes are gone")]
-    Expired(String),
 }
 
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> StoreError {
@@ -57,15 +61,30 @@ pub fn uri_for_hex(hex: &str) -> String {
 pub fn parse_uri(uri: &str) -> Result<&str, StoreError> {
     let hex = uri
         .strip_prefix("cas://sha256/")
-        .ok_or_else(|| StoreError::BadRef(uri.to_string()))?;
+        .ok_or_else(|| StoreError::BadRef(uri.chars().take(200).collect()))?;
     if hex.len() != 64
         || !hex
             .bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
     {
-        return Err(StoreError::BadRef(uri.to_string()));
+        return Err(StoreError::BadRef(uri.chars().take(200).collect()));
     }
     Ok(hex)
+}
+
+/// What a sweep found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Blobs looked at.
+    pub examined: u64,
+    /// Blobs a live reference holds.
+    pub kept: u64,
+    /// Blobs no live reference holds, left alone because they were written
+    /// (or written again) within the grace period: their reference may not
+    /// be in the views yet.
+    pub in_grace: u64,
+    pub removed: u64,
+    pub removed_bytes: u64,
 }
 
 pub struct ContentStore {
@@ -83,20 +102,20 @@ impl ContentStore {
         self.dir.join(&hex[..2]).join(hex)
     }
 
-    fn expiry_path(&self, hex: &str) -> PathBuf {
-        self.dir.join(&hex[..2]).join(format!("{hex}.expires"))
-    }
-
-    /// Store bytes; storing the same bytes twice is a no-op. `expires_at_ms`
-    /// sets (or, for a blob already stored, extends) the deadline.
-    pub fn put(&self, bytes: &[u8], expires_at_ms: Option<u64>) -> Result<StoredBlob, StoreError> {
+    /// Store bytes; storing the same bytes again only marks them as written
+    /// now, so a sweep gives the new reference its grace period.
+    pub fn put(&self, bytes: &[u8]) -> Result<StoredBlob, StoreError> {
         if bytes.len() > MAX_BLOB_BYTES {
             return Err(StoreError::TooLarge { size: bytes.len() });
         }
         let sha256: [u8; 32] = Sha256::digest(bytes).into();
         let hex = hex::encode(sha256);
         let path = self.path_of(&hex);
-        if !path.exists() {
+        let refreshed = fs::File::options()
+            .append(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(SystemTime::now()));
+        if refreshed.is_err() {
             let parent = path.parent().unwrap_or(&self.dir).to_path_buf();
             fs::create_dir_all(&parent).map_err(io(format!("create {}", parent.display())))?;
             let tmp = self
@@ -109,21 +128,6 @@ impl ContentStore {
                 .map_err(io(format!("write {}", tmp.display())))?;
             fs::rename(&tmp, &path).map_err(io(format!("rename into {}", path.display())))?;
         }
-        match expires_at_ms {
-            Some(t) => {
-                let ep = self.expiry_path(&hex);
-                let current = fs::read_to_string(&ep)
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok());
-                if current.is_none_or(|c| c < t) {
-                    fs::write(&ep, t.to_string()).map_err(io(format!("write {}", ep.display())))?;
-                }
-            }
-            None => {
-                // A permanent copy outlives any earlier deadline.
-                let _ = fs::remove_file(self.expiry_path(&hex));
-            }
-        }
         Ok(StoredBlob {
             uri: uri_for_hex(&hex),
             digest: format!("sha256:{hex}"),
@@ -132,16 +136,10 @@ impl ContentStore {
         })
     }
 
-    /// Read a blob by ref, checking its digest; past its deadline the bytes
-    /// are deleted and the read answers `Expired`.
-    pub fn get(&self, uri: &str, now_ms: u64) -> Result<Vec<u8>, StoreError> {
+    /// Read a blob by ref, checking its digest. Whether the reference the
+    /// caller holds is still live is the ledger's question, not the store's.
+    pub fn get(&self, uri: &str) -> Result<Vec<u8>, StoreError> {
         let hex = parse_uri(uri)?;
-        if let Some(deadline) = self.expires_at(hex) {
-            if now_ms >= deadline {
-                let _ = fs::remove_file(self.path_of(hex));
-                return Err(StoreError::Expired(uri.to_string()));
-            }
-        }
         let path = self.path_of(hex);
         let bytes = match fs::read(&path) {
             Ok(b) => b,
@@ -167,18 +165,84 @@ impl ContentStore {
         fs::read(self.path_of(hex)).ok()
     }
 
-    /// Delete a blob's bytes (its deadline passed); the ledger keeps its digest.
-    pub fn forget(&self, uri: &str) {
-        if let Ok(hex) = parse_uri(uri) {
-            let _ = fs::remove_file(self.path_of(hex));
-            let _ = fs::remove_file(self.expiry_path(hex));
+    /// Remove the bytes no live reference holds. `live` says, for a blob's
+    /// sha256, whether some reference in the ledger still holds it; a blob
+    /// no reference holds is removed once it is older than `grace` (the
+    /// ledger record naming bytes is written after the bytes, and another
+    /// instance sharing the directory may not have projected it yet).
+    /// Leftovers of interrupted writes and of older stores (`*.expires`
+    /// files: expiry no longer lives beside the bytes) go too.
+    pub fn sweep(
+        &self,
+        live: &mut dyn FnMut(&[u8; 32]) -> Result<bool, crate::views::ViewError>,
+        grace: Duration,
+    ) -> Result<SweepReport, crate::error::LedgerError> {
+        let mut report = SweepReport::default();
+        let now = SystemTime::now();
+        let old = |meta: &fs::Metadata| {
+            meta.modified()
+                .ok()
+                .and_then(|m| now.duration_since(m).ok())
+                .is_some_and(|age| age >= grace)
+        };
+        let listing = |dir: &Path| -> Result<Vec<fs::DirEntry>, StoreError> {
+            match fs::read_dir(dir) {
+                Ok(rd) => Ok(rd.filter_map(|e| e.ok()).collect()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+                Err(e) => Err(io(format!("list {}", dir.display()))(e)),
+            }
+        };
+        for shard in listing(&self.dir)? {
+            let name = shard.file_name();
+            let name = name.to_string_lossy();
+            if name == "tmp" {
+                for f in listing(&shard.path())? {
+                    if f.metadata().is_ok_and(|m| old(&m)) {
+                        let _ = fs::remove_file(f.path());
+                    }
+                }
+                continue;
+            }
+            if name.len() != 2 || !shard.path().is_dir() {
+                continue;
+            }
+            for f in listing(&shard.path())? {
+                let file_name = f.file_name();
+                let file_name = file_name.to_string_lossy();
+                if file_name.ends_with(".expires") {
+                    let _ = fs::remove_file(f.path());
+                    continue;
+                }
+                let mut sha = [0u8; 32];
+                if hex::decode_to_slice(file_name.as_bytes(), &mut sha).is_err() {
+                    continue;
+                }
+                report.examined += 1;
+                if live(&sha)? {
+                    report.kept += 1;
+                    continue;
+                }
+                let Ok(meta) = f.metadata() else { continue };
+                if !old(&meta) {
+                    report.in_grace += 1;
+                    continue;
+                }
+                match fs::remove_file(f.path()) {
+                    Ok(()) => {
+                        report.removed += 1;
+                        report.removed_bytes += meta.len();
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io(format!("remove {}", f.path().display()))(e).into()),
+                }
+            }
         }
+        Ok(report)
     }
 
-    fn expires_at(&self, hex: &str) -> Option<u64> {
-        fs::read_to_string(self.expiry_path(hex))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
+    /// Whether bytes with this sha256 are in the store.
+    pub fn holds(&self, sha256: &[u8; 32]) -> bool {
+        self.path_of(&hex::encode(sha256)).exists()
     }
 
     /// The on-disk path of a blob (tests use it to tamper).
@@ -195,24 +259,54 @@ mod tests {
     fn put_get_and_tamper() {
         let d = tempfile::tempdir().unwrap();
         let s = ContentStore::open(d.path()).unwrap();
-        let b = s.put(b"hello", None).unwrap();
+        let b = s.put(b"hello").unwrap();
         assert_eq!(b.size, 5);
-        assert_eq!(s.get(&b.uri, 0).unwrap(), b"hello");
+        assert_eq!(s.get(&b.uri).unwrap(), b"hello");
         fs::write(s.blob_path(&b.uri).unwrap(), b"HELLO").unwrap();
         assert!(matches!(
-            s.get(&b.uri, 0),
+            s.get(&b.uri),
             Err(StoreError::DigestMismatch { .. })
         ));
     }
 
     #[test]
-    fn expiry_deletes_bytes() {
+    fn a_sweep_removes_only_what_no_live_reference_holds_once_past_grace() {
         let d = tempfile::tempdir().unwrap();
         let s = ContentStore::open(d.path()).unwrap();
-        let b = s.put(b"short-lived", Some(1000)).unwrap();
-        assert!(s.get(&b.uri, 999).is_ok());
-        assert!(matches!(s.get(&b.uri, 1000), Err(StoreError::Expired(_))));
-        assert!(!s.blob_path(&b.uri).unwrap().exists());
+        let kept = s.put(b"held by a live reference").unwrap();
+        let dead = s.put(b"held by nothing").unwrap();
+        // An older store's deadline file beside the bytes is meaningless now.
+        let legacy = s.blob_path(&kept.uri).unwrap().with_extension("expires");
+        fs::write(&legacy, "1").unwrap();
+        let mut live = |sha: &[u8; 32]| Ok(*sha == kept.sha256);
+        let r = s.sweep(&mut live, Duration::from_secs(3600)).unwrap();
+        assert_eq!((r.kept, r.in_grace, r.removed), (1, 1, 0), "{r:?}");
+        assert!(s.holds(&dead.sha256), "within grace nothing goes");
+        assert!(!legacy.exists());
+        let r = s.sweep(&mut live, Duration::ZERO).unwrap();
+        assert_eq!((r.kept, r.removed, r.removed_bytes), (1, 1, 15), "{r:?}");
+        assert!(!s.holds(&dead.sha256));
+        assert_eq!(s.get(&kept.uri).unwrap(), b"held by a live reference");
+    }
+
+    #[test]
+    fn putting_bytes_again_restarts_their_grace() {
+        let d = tempfile::tempdir().unwrap();
+        let s = ContentStore::open(d.path()).unwrap();
+        let b = s.put(b"again").unwrap();
+        let path = s.blob_path(&b.uri).unwrap();
+        let long_ago = SystemTime::now() - Duration::from_secs(7200);
+        fs::File::options()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        s.put(b"again").unwrap();
+        let r = s
+            .sweep(&mut |_| Ok(false), Duration::from_secs(3600))
+            .unwrap();
+        assert_eq!((r.in_grace, r.removed), (1, 0), "{r:?}");
     }
 
     #[test]
@@ -225,7 +319,7 @@ mod tests {
             "http://x",
             "cas://sha256/../../etc/passwd",
         ] {
-            assert!(matches!(s.get(bad, 0), Err(StoreError::BadRef(_))), "{bad}");
+            assert!(matches!(s.get(bad), Err(StoreError::BadRef(_))), "{bad}");
         }
     }
 }

@@ -137,6 +137,9 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
         }
         LedgerEvent::RunClosed(e) => {
             txn.put_new(keys::finished(pos.partition, pos.offset), &e.run);
+            for a in &e.artifacts {
+                hold_content(txn, &a.sha256, crate::views::NEVER)?;
+            }
             if let Some(run) = txn.run_mut(&e.run)? {
                 run.status = Some(e.status);
                 run.labels = sorted_union(&run.labels, &e.labels);
@@ -160,6 +163,14 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
             if let Some(run) = txn.run_mut(&c.master_run)? {
                 run.next_step = run.next_step.max(step + 1);
             }
+            if let crate::context::ContextEvent::BlobPut {
+                uri, expires_at, ..
+            } = &c.event
+            {
+                if let Ok(parsed) = crate::context::parse_context_uri(uri) {
+                    hold_content(txn, &parsed.sha256(), *expires_at)?;
+                }
+            }
             let key = keys::task(c.event.task());
             let state: Option<crate::context::TaskState> = txn.get(&key)?;
             if let Some(next) = crate::context::evolve(state, &c.event) {
@@ -178,6 +189,17 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
         }
     }
     Ok(Applied::Applied)
+}
+
+/// Note a reference to content that lives until `deadline`: the content
+/// stays while any reference to it does.
+fn hold_content(txn: &mut ViewTxn<'_>, sha256: &[u8; 32], deadline: u64) -> Result<(), ViewError> {
+    let key = keys::content_ref(sha256);
+    let held: Option<u64> = txn.get(&key)?;
+    if held.is_none_or(|h| h < deadline) {
+        txn.put(key, &deadline);
+    }
+    Ok(())
 }
 
 fn apply_version(txn: &mut ViewTxn<'_>, v: &AgentVersion) -> Result<Applied, ViewError> {

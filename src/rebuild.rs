@@ -38,13 +38,24 @@ pub fn rebuild_views(dd: &DataDir, log: &dyn Log, progress: &dyn Fn(u64)) -> Res
     let io = |what: &str, e: std::io::Error| LedgerError::Other(format!("{what}: {e}"));
     let _ = fs::remove_dir_all(&fresh);
     let _ = fs::remove_dir_all(&old);
+    // The live views are read only to compare digests: damaged ones (sled
+    // may panic on them) are simply not compared.
     let previous_digest = if live.exists() {
-        match Views::open(&live) {
-            Ok(v) => project_all(log, &v, &|_| {})
-                .ok()
-                .and_then(|_| v.digest().ok()),
-            Err(e) => {
+        let digest = crate::engine::guarded(|| {
+            let v = Views::open(&live)?;
+            project_all(log, &v, &|_| {})?;
+            Ok::<_, LedgerError>(v.digest()?)
+        });
+        match digest {
+            Ok(Ok(d)) => Some(d),
+            Ok(Err(e)) => {
                 tracing::warn!("live views unreadable ({e}); rebuilding without comparing");
+                None
+            }
+            Err(panic) => {
+                tracing::warn!(
+                    "live views damaged (sled panicked: {panic}); rebuilding without comparing"
+                );
                 None
             }
         }

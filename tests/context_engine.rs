@@ -173,15 +173,18 @@ fn r15_tampered_expired_and_ungranted_references_are_refused_and_recorded() {
         l.refused(json!({"op":"get_blob","task":"t1","agent":"m1","uri":short["uri"]})),
         "expired"
     );
-    // The digest stays in the ledger after the bytes are gone.
-    let state = l.engine.views().task("t1").unwrap().unwrap();
-    assert!(state.blobs.contains_key(short["uri"].as_str().unwrap()));
-    assert!(!l
+    // A read never deletes: the bytes go in a sweep, once no live
+    // reference holds them; the digest stays in the ledger after.
+    let path = l
         .engine
         .store()
         .blob_path(short["uri"].as_str().unwrap())
-        .unwrap()
-        .exists());
+        .unwrap();
+    assert!(path.exists());
+    l.engine.sweep_content(std::time::Duration::ZERO).unwrap();
+    assert!(!path.exists());
+    let state = l.engine.views().task("t1").unwrap().unwrap();
+    assert!(state.blobs.contains_key(short["uri"].as_str().unwrap()));
     let codes: Vec<String> = refusals(&l).into_iter().map(|(_, c)| c).collect();
     assert_eq!(codes, vec!["not_granted", "digest_mismatch", "expired"]);
 }

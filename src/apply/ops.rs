@@ -226,8 +226,21 @@ pub fn artifact_json(a: &ArtifactRef) -> Value {
            "source_run": a.source_run, "labels": a.labels})
 }
 
-/// Apply one parsed line.
+/// Apply one parsed line. An ok answer says under `follow_up_failed` what
+/// failed after the operation's records were durable (it happened; those
+/// follow-ups are retried).
 pub fn apply_value(engine: &mut Engine, v: &Value) -> Result<Value, OpError> {
+    let answer = decide_value(engine, v);
+    let follow_ups = engine.take_follow_ups();
+    answer.map(|mut a| {
+        if !follow_ups.is_empty() {
+            a["follow_up_failed"] = json!(follow_ups);
+        }
+        a
+    })
+}
+
+fn decide_value(engine: &mut Engine, v: &Value) -> Result<Value, OpError> {
     let Some(obj) = v.as_object() else {
         return Err(OpError::BadRequest(
             "a line must be a JSON object with an \"op\" field".into(),

@@ -6,18 +6,24 @@ use agentledger::report;
 use anyhow::{Context, Result};
 use serde_json::json;
 
-fn print_report(cli: &Cli, report: &VerifyReport, subject: &str) -> i32 {
+/// Print a verify report; `torn` are torn tails found and left in place (a
+/// crash's leftovers, or evidence: they are shown either way).
+fn print_report(cli: &Cli, report: &VerifyReport, torn: &[String], subject: &str) -> i32 {
     if cli.json {
         println!(
             "{}",
             json!({"ok": report.clean(), "records": report.records, "checkpoints": report.checkpoints,
-                   "covered": report.covered, "first_mismatch": report.first(), "mismatches": report.mismatches})
+                   "covered": report.covered, "first_mismatch": report.first(), "mismatches": report.mismatches,
+                   "torn_tails": torn})
         );
     } else {
         println!(
             "{subject}: {} records, {} checkpoints, {} records attested by a checkpoint",
             report.records, report.checkpoints, report.covered
         );
+        for t in torn {
+            println!("{t}");
+        }
         match report.first() {
             None => println!("clean: every digest and chain head matches"),
             Some(m) => {
@@ -45,16 +51,17 @@ pub fn verify(cli: &Cli, export: Option<&std::path::Path>) -> Result<i32> {
         return Ok(print_report(
             cli,
             &report,
+            &[],
             &format!("export {}", path.display()),
         ));
     }
-    let engine = open_engine(cli)?;
-    let log = engine.log();
+    let (_lock, log) = super::open_log_read_only(cli)?;
     let total = agentledger::rebuild::projected_records(log.as_ref())?;
     let bar = super::progress_bar(cli, total, "verifying");
     let report = audit::verify::verify_log(log.as_ref(), &|n| bar.inc(n))?;
     bar.finish_and_clear();
-    Ok(print_report(cli, &report, &log.describe()))
+    let torn = log.torn_tails();
+    Ok(print_report(cli, &report, &torn, &log.describe()))
 }
 
 pub fn checkpoint(cli: &Cli) -> Result<i32> {

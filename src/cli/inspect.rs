@@ -1,6 +1,6 @@
 //! Read-only commands: trail, chain, agent, status.
 
-use super::{open_engine, Cli};
+use super::{open_engine_read_only, Cli};
 use agentledger::apply::ops_json;
 use agentledger::log::Topic;
 use agentledger::report;
@@ -15,7 +15,7 @@ pub fn trail(cli: &Cli, run: &str, chain: bool, as_of: Option<&str>) -> Result<i
             return Ok(2);
         }
     };
-    let engine = open_engine(cli)?;
+    let engine = open_engine_read_only(cli)?;
     let mut steps = match report::collect_trail(engine.views(), engine.log().as_ref(), run, chain) {
         Ok(s) => s,
         Err(e) if e.is_refusal() => {
@@ -38,7 +38,7 @@ pub fn trail(cli: &Cli, run: &str, chain: bool, as_of: Option<&str>) -> Result<i
 }
 
 pub fn chain(cli: &Cli, run: &str) -> Result<i32> {
-    let engine = open_engine(cli)?;
+    let engine = open_engine_read_only(cli)?;
     let views = engine.views();
     let Some(state) = views.run(run)? else {
         eprintln!("agentledger: unknown_run: no run {run:?} in the ledger");
@@ -98,7 +98,7 @@ pub fn chain(cli: &Cli, run: &str) -> Result<i32> {
 }
 
 pub fn agent(cli: &Cli, name: &str) -> Result<i32> {
-    let engine = open_engine(cli)?;
+    let engine = open_engine_read_only(cli)?;
     let versions = engine.views().versions(name)?;
     if versions.is_empty() {
         eprintln!("agentledger: unknown_agent: no agent {name:?} has been published");
@@ -147,7 +147,7 @@ pub fn agent(cli: &Cli, name: &str) -> Result<i32> {
 }
 
 pub fn status(cli: &Cli) -> Result<i32> {
-    let engine = open_engine(cli)?;
+    let engine = open_engine_read_only(cli)?;
     let log = engine.log();
     let views = engine.views();
     struct Row {
@@ -225,7 +225,7 @@ pub fn status(cli: &Cli) -> Result<i32> {
 }
 
 pub fn stats(cli: &Cli, task: &str) -> Result<i32> {
-    let engine = open_engine(cli)?;
+    let engine = open_engine_read_only(cli)?;
     let st = match engine.task_stats(task) {
         Ok(s) => s,
         Err(e) if e.is_refusal() => {

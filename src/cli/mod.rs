@@ -107,6 +107,15 @@ pub enum Command {
     Agent { name: String },
     /// Rebuild every view from the log.
     Rebuild,
+    /// Remove from the content store the bytes no live reference holds (an
+    /// artifact's reference never expires; a task's blob grant expires at
+    /// its TTL). `serve` runs this sweep on its own.
+    Gc {
+        /// Leave bytes written less than this many seconds ago: the ledger
+        /// record naming them may not be projected yet.
+        #[arg(long, default_value_t = DEFAULT_GC_GRACE_SECS)]
+        grace_secs: u64,
+    },
     /// Log ends, projected offsets, lag, dispatcher cursors and view sizes.
     Status,
     /// Run the projector, the dispatcher and checkpoints continuously until
@@ -121,6 +130,12 @@ pub enum Command {
         /// Milliseconds to wait when there is nothing to do.
         #[arg(long, default_value_t = 200)]
         poll_ms: u64,
+        /// Seconds between sweeps of the content store (see `gc`).
+        #[arg(long, default_value_t = 300)]
+        gc_interval_secs: u64,
+        /// Grace period of the sweep in seconds (see `gc --grace-secs`).
+        #[arg(long, default_value_t = DEFAULT_GC_GRACE_SECS)]
+        gc_grace_secs: u64,
     },
     /// Follow the agent events actually published, as JSON lines.
     Subscribe {
@@ -141,6 +156,9 @@ pub enum Command {
     },
 }
 
+/// Default grace period of content sweeps, in seconds.
+const DEFAULT_GC_GRACE_SECS: u64 = 600;
+
 /// Exit codes: 0 ok, 1 something refused or malformed, 2 usage or IO.
 pub fn run() -> i32 {
     let cli = match Cli::try_parse() {
@@ -156,14 +174,64 @@ pub fn run() -> i32 {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    quiet_sled_panics();
     match dispatch(cli) {
         Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => 0,
         Err(e) => {
-            eprintln!("agentledger: {e:#}");
+            eprintln!("agentledger: {}", error_text(&e));
             2
         }
     }
+}
+
+/// The error and its causes on one line, each said once: many errors print
+/// their cause in their own message too, and `{:#}` would repeat it.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let msg = cause.to_string();
+        if text.contains(&msg) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&msg);
+    }
+    text
+}
+
+/// Whoever read our output went away (`trail --json | head`): the command
+/// ends quietly, as Unix tools do.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// sled panics on some kinds of damage to the views; the engine catches
+/// that, sets the views aside and projects them again, and says so. Its
+/// panic message is then one short line instead of a report of a crash.
+fn quiet_sled_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let in_sled = info.location().is_some_and(|l| l.file().contains("/sled-"));
+        if in_sled {
+            let msg = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            eprintln!("agentledger: the views store (sled) failed: {msg}");
+        } else {
+            default(info);
+        }
+    }));
 }
 
 pub fn options(cli: &Cli) -> EngineOptions {
@@ -206,6 +274,36 @@ pub fn open_engine(cli: &Cli) -> Result<Engine> {
         None => Engine::open_embedded(&cli.data, options(cli))
             .with_context(|| format!("opening the ledger in {}", cli.data.display())),
     }
+}
+
+/// The engine for a command that only reads the ledger: on the embedded
+/// log the log is opened read-only (a torn tail is reported, never cut).
+pub fn open_engine_read_only(cli: &Cli) -> Result<Engine> {
+    match kafka_config(cli) {
+        Some(_) => open_engine(cli),
+        None => Engine::open_embedded_read_only(&cli.data, options(cli))
+            .with_context(|| format!("opening the ledger in {}", cli.data.display())),
+    }
+}
+
+/// The log alone, for reading it (`verify`): read-only on the embedded
+/// log, with the data dir's lock held so that no writer appends meanwhile.
+pub fn open_log_read_only(cli: &Cli) -> Result<(Option<std::fs::File>, Box<dyn Log>)> {
+    let opts = options(cli);
+    Ok(match kafka_config(cli) {
+        Some(k) => (
+            None,
+            Box::new(
+                KafkaLog::connect(&k).with_context(|| format!("connecting to {}", k.brokers))?,
+            ),
+        ),
+        None => {
+            let dd = DataDir::new(&cli.data);
+            let log = EmbeddedLog::open_read_only(dd.log(), &opts.embedded)
+                .with_context(|| format!("opening the ledger in {}", cli.data.display()))?;
+            (Some(dd.lock()?), Box::new(log))
+        }
+    })
 }
 
 fn dispatch(cli: Cli) -> Result<i32> {
@@ -257,10 +355,20 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Status => inspect::status(&cli),
         Command::Rebuild => rebuild(&cli),
         Command::Demo { dir } => demo::run(dir),
-        Command::Serve { group, poll_ms } => serve::serve(
-            &cli,
+        Command::Gc { grace_secs } => gc(&cli, *grace_secs),
+        Command::Serve {
             group,
-            std::time::Duration::from_millis(*poll_ms),
+            poll_ms,
+            gc_interval_secs,
+            gc_grace_secs,
+        } => serve::serve(
+            &cli,
+            &serve::ServeOptions {
+                group: group.clone(),
+                poll: std::time::Duration::from_millis(*poll_ms),
+                gc_interval: std::time::Duration::from_secs(*gc_interval_secs),
+                gc_grace: std::time::Duration::from_secs(*gc_grace_secs),
+            },
             serve::shutdown_flag(),
         ),
         Command::Subscribe {
@@ -275,6 +383,25 @@ fn dispatch(cli: Cli) -> Result<i32> {
             serve::shutdown_flag(),
         ),
     }
+}
+
+fn gc(cli: &Cli, grace_secs: u64) -> Result<i32> {
+    let mut engine = open_engine(cli)?;
+    let r = engine.sweep_content(std::time::Duration::from_secs(grace_secs))?;
+    engine.flush()?;
+    if cli.json {
+        println!(
+            "{}",
+            serde_json::json!({"ok": true, "examined": r.examined, "kept": r.kept,
+                "in_grace": r.in_grace, "removed": r.removed, "removed_bytes": r.removed_bytes})
+        );
+    } else {
+        println!(
+            "content store: {} blobs, {} held by live references, {} unreferenced but newer than {grace_secs}s; removed {} ({} bytes)",
+            r.examined, r.kept, r.in_grace, r.removed, r.removed_bytes
+        );
+    }
+    Ok(0)
 }
 
 fn rebuild(cli: &Cli) -> Result<i32> {

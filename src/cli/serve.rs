@@ -21,9 +21,19 @@ pub fn shutdown_flag() -> Arc<AtomicBool> {
     flag
 }
 
-pub fn serve(cli: &Cli, group: &str, poll: Duration, shutdown: Arc<AtomicBool>) -> Result<i32> {
+/// What `serve` is told on the command line.
+pub struct ServeOptions {
+    pub group: String,
+    pub poll: Duration,
+    pub gc_interval: Duration,
+    pub gc_grace: Duration,
+}
+
+pub fn serve(cli: &Cli, opts: &ServeOptions, shutdown: Arc<AtomicBool>) -> Result<i32> {
+    let poll = opts.poll;
     let mut engine = open_engine(cli)?;
-    let mut member = engine.log().join(group)?;
+    let mut member = engine.log().join(&opts.group)?;
+    let mut last_sweep: Option<Instant> = None;
     eprintln!(
         "agentledger serving {} as {}; stop with ctrl-c or SIGTERM",
         engine.log().describe(),
@@ -54,6 +64,18 @@ pub fn serve(cli: &Cli, group: &str, poll: Duration, shutdown: Arc<AtomicBool>) 
             Err(e) => return Err(e.into()),
         };
         engine.checkpoint(false)?;
+        if last_sweep.is_none_or(|t| t.elapsed() >= opts.gc_interval) {
+            match engine.sweep_content(opts.gc_grace) {
+                Ok(r) if r.removed > 0 => tracing::info!(
+                    removed = r.removed,
+                    bytes = r.removed_bytes,
+                    "content no live reference holds was removed"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::warn!("sweeping the content store: {e}"),
+            }
+            last_sweep = Some(Instant::now());
+        }
         opened += a.opened.len() as u64;
         walked += a.dispatched_runs;
         if a.dispatched_runs == 0 {
@@ -78,7 +100,7 @@ pub fn subscribe(
     idle_exit: Option<Duration>,
     shutdown: Arc<AtomicBool>,
 ) -> Result<i32> {
-    let engine = open_engine(cli)?;
+    let engine = super::open_engine_read_only(cli)?;
     let log = engine.log().clone();
     let parts = log.partitions(Topic::Published);
     if parts == 0 {

@@ -38,6 +38,14 @@ impl ContextUri {
         &self.hex
     }
 
+    /// The sha256 as bytes.
+    pub fn sha256(&self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        // Parsed references hold exactly 64 lowercase hex digits.
+        let _ = hex::decode_to_slice(&self.hex, &mut out);
+        out
+    }
+
     /// The ledger's digest spelling, `sha256:<hex>`.
     pub fn digest(&self) -> String {
         format!("sha256:{}", self.hex)

@@ -127,8 +127,8 @@ impl Engine {
         let state = self.task(task)?;
         let now = self.now_ms();
         let ev = context::decide_put_blob(&state, content, media_type, ttl_s, now);
-        if let ContextEvent::BlobPut { expires_at, .. } = &ev {
-            self.store.put(content, Some(*expires_at))?;
+        if let ContextEvent::BlobPut { .. } = &ev {
+            self.store.put(content)?;
         }
         self.record_context(&state.master_run, ev.clone())?;
         match ev {
@@ -198,10 +198,6 @@ impl Engine {
         let bytes = self.store.read_raw(uri);
         let actual = bytes.as_deref().map(context::sha256_hex);
         let d = context::decide_blob_read(&state, agent, uri, actual.as_deref(), self.now_ms());
-        if matches!(&d, Err(ContextError::Expired { .. })) {
-            // Past its deadline the bytes are gone for good; the digest stays.
-            self.store.forget(uri);
-        }
         match self.decided(&state, "get_blob", Some(agent), d)? {
             ContextEvent::BlobRead { digest, .. } => Ok((bytes.unwrap_or_default(), digest)),
             _ => Err(LedgerError::Other(

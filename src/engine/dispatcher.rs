@@ -96,6 +96,13 @@ impl Engine {
             let mut progressed = false;
             for p in (0..self.log.partitions(Topic::Ledger)).filter(|p| owned(*p)) {
                 while let Some((offset, run_id)) = self.views.next_finished(p)? {
+                    if self.caught_up_at.is_none() {
+                        // A dispatch just made durable could not be
+                        // projected: the views must see it before the
+                        // next decision.
+                        self.catch_up(&|_| {})?;
+                        continue;
+                    }
                     self.dispatch_one(p, offset, &run_id, &mut answer)?;
                     answer.dispatched_runs += 1;
                     progressed = true;

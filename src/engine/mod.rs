@@ -5,12 +5,15 @@
 
 mod context;
 mod dispatcher;
+mod open;
 mod recent;
 mod registry;
 mod runs;
 
 pub use context::{SendAnswer, TaskStats};
 pub use dispatcher::{DispatchAnswer, OpenedListener, RefusedListener, WithheldRun};
+pub(crate) use open::guarded;
+pub use open::DataDir;
 pub use registry::{PublishAgent, PublishAnswer};
 pub use runs::{CloseAnswer, CloseRun, OpenAnswer, ReadAnswer};
 
@@ -26,7 +29,7 @@ use crate::projector::{self, Position};
 use crate::views::Views;
 use std::collections::HashMap;
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,50 +99,6 @@ impl Pending {
     }
 }
 
-/// Paths inside a data directory.
-pub struct DataDir {
-    pub root: PathBuf,
-}
-
-impl DataDir {
-    pub fn new(root: impl AsRef<Path>) -> Self {
-        Self {
-            root: root.as_ref().to_path_buf(),
-        }
-    }
-    pub fn log(&self) -> PathBuf {
-        self.root.join("log")
-    }
-    pub fn views(&self) -> PathBuf {
-        self.root.join("views")
-    }
-    pub fn blobs(&self) -> PathBuf {
-        self.root.join("blobs")
-    }
-    pub fn lock_path(&self) -> PathBuf {
-        self.root.join("LOCK")
-    }
-
-    /// Take the data directory for this process: the embedded log and sled
-    /// both assume a single writer.
-    pub fn lock(&self) -> Result<File> {
-        use fs2::FileExt;
-        std::fs::create_dir_all(&self.root).map_err(|e| {
-            LedgerError::Other(format!("create data dir {}: {e}", self.root.display()))
-        })?;
-        let f = File::create(self.lock_path()).map_err(|e| {
-            LedgerError::Other(format!("create {}: {e}", self.lock_path().display()))
-        })?;
-        f.try_lock_exclusive().map_err(|_| {
-            LedgerError::Other(format!(
-                "data dir {} is in use by another agentledger process",
-                self.root.display()
-            ))
-        })?;
-        Ok(f)
-    }
-}
-
 pub struct Engine {
     log: Arc<dyn Log>,
     views: Views,
@@ -155,6 +114,8 @@ pub struct Engine {
     /// forward, so it is a floor: while fewer records than an interval lie
     /// past it, no checkpoint is due and the mark need not be read again.
     mark_floor: HashMap<(Topic, u32), u64>,
+    /// Follow-ups of durable operations that failed (see `commit`).
+    follow_ups: Vec<String>,
     _lock: Option<File>,
 }
 
@@ -168,28 +129,24 @@ impl Engine {
         Self::open_on(dd, lock, log, opts)
     }
 
+    /// Open the engine on an existing embedded log for commands that only
+    /// read the ledger (auditors, status): the log is opened read-only, so
+    /// a torn tail is reported and left in place, and any operation that
+    /// would append is refused by the log. The views may still be projected.
+    pub fn open_embedded_read_only(data: impl AsRef<Path>, opts: EngineOptions) -> Result<Self> {
+        let dd = DataDir::new(data);
+        let log = Arc::new(EmbeddedLog::open_read_only(dd.log(), &opts.embedded)?);
+        let lock = dd.lock()?;
+        Self::open_on(dd, lock, log, opts)
+    }
+
     /// The data dir's views and content store around a log, caught up.
     fn open_on(dd: DataDir, lock: File, log: Arc<dyn Log>, opts: EngineOptions) -> Result<Self> {
-        let views = match Views::open(dd.views()) {
-            // Views are a projection of the log: an older format is simply
-            // projected again (the catch-up below), as `rebuild` would.
-            Err(crate::views::ViewError::StaleFormat { found, want }) => {
-                tracing::warn!(
-                    found,
-                    want,
-                    "views in an older format; projecting them again from the log"
-                );
-                std::fs::remove_dir_all(dd.views()).map_err(|e| {
-                    LedgerError::Other(format!("remove old views {}: {e}", dd.views().display()))
-                })?;
-                Views::open(dd.views())?
-            }
-            other => other?,
-        };
+        let views = open::open_views(&dd, log.as_ref())?;
         let store = ContentStore::open(dd.blobs())?;
         let mut engine = Self::with_parts(log, views, store, opts);
         engine._lock = Some(lock);
-        engine.catch_up(&|_| {})?;
+        engine.caught_up_at = Some(std::time::Instant::now());
         Ok(engine)
     }
 
@@ -222,6 +179,7 @@ impl Engine {
             caught_up_at: None,
             recent: Default::default(),
             mark_floor: HashMap::new(),
+            follow_ups: Vec::new(),
             _lock: None,
         }
     }
@@ -252,6 +210,20 @@ impl Engine {
         )
     }
 
+    /// Remove from the content store the bytes that no live reference in
+    /// the ledger holds (every artifact is live; a task's blob grant until
+    /// its TTL passes), once they are older than `grace`. Catches up first,
+    /// so references another writer recorded count.
+    pub fn sweep_content(&mut self, grace: Duration) -> Result<crate::content_store::SweepReport> {
+        self.catch_up(&|_| {})?;
+        let now = self.now_ms();
+        let views = &self.views;
+        self.store.sweep(
+            &mut |sha| Ok(views.content_deadline(sha)?.is_some_and(|d| d > now)),
+            grace,
+        )
+    }
+
     /// Make sure view writes reach disk (the CLI calls it before exiting).
     pub fn flush(&self) -> Result<()> {
         self.views.flush()?;
@@ -259,33 +231,46 @@ impl Engine {
     }
 
     /// Encode and durably append decided records, then project them.
+    ///
+    /// Once the log has the records the operation has happened, whatever
+    /// fails after: projecting them (the views catch up from the log on the
+    /// next operation) or writing a due checkpoint (written by the next
+    /// operation on that partition, or by `serve`). Such a failure is kept
+    /// as a follow-up warning for the answer ([`Engine::take_follow_ups`]),
+    /// never as the operation's error. Only a `conflict` found while
+    /// projecting (another writer decided the same step first) fails it.
     pub(crate) fn commit(&mut self, pending: Vec<Pending>) -> Result<Vec<Position>> {
         if pending.is_empty() {
             return Ok(Vec::new());
         }
         let now = self.now_ms();
+        let mut encoded: Vec<Vec<u8>> = Vec::with_capacity(pending.len());
+        for p in &pending {
+            let bytes = codec::encode(&p.event, &p.event_id, &p.key, now, &self.opts.writer, p.step)
+                .map_err(|e| match e {
+                    codec::CodecError::TooLarge(size) => LedgerError::from(Refusal::new(
+                        "too_large",
+                        format!(
+                            "the {} record of this operation is {size} bytes; the log takes records of at most {} bytes",
+                            p.event.kind(),
+                            codec::MAX_RECORD_BYTES
+                        ),
+                    )),
+                    other => other.into(),
+                })?;
+            encoded.push(bytes);
+        }
         // Per topic: indexes into `pending`, and the (key, bytes) to append.
         type TopicBatch = (Topic, Vec<usize>, Vec<(Vec<u8>, Vec<u8>)>);
         let mut by_topic: Vec<TopicBatch> = Vec::new();
-        let mut encoded: Vec<Vec<u8>> = Vec::with_capacity(pending.len());
         for (i, p) in pending.iter().enumerate() {
-            let bytes = codec::encode(
-                &p.event,
-                &p.event_id,
-                &p.key,
-                now,
-                &self.opts.writer,
-                p.step,
-            )?;
-            encoded.push(bytes.clone());
+            let rec = (p.key.clone().into_bytes(), encoded[i].clone());
             match by_topic.iter_mut().find(|(t, _, _)| *t == p.topic) {
                 Some((_, idx, recs)) => {
                     idx.push(i);
-                    recs.push((p.key.clone().into_bytes(), bytes));
+                    recs.push(rec);
                 }
-                None => {
-                    by_topic.push((p.topic, vec![i], vec![(p.key.clone().into_bytes(), bytes)]))
-                }
+                None => by_topic.push((p.topic, vec![i], vec![rec])),
             }
         }
         let mut positions = vec![
@@ -317,26 +302,59 @@ impl Engine {
                 positions[i] = Position { partition, offset };
             }
         }
-        if let Some(ahead) = ahead {
-            let landed = positions.iter().enumerate().all(|(i, pos)| {
-                pos.partition == ahead.partition && pos.offset == ahead.first + i as u64
-            });
-            if landed {
-                ahead.write.commit()?;
-                for (i, digest) in ahead.digests.into_iter().enumerate() {
-                    self.recent.record(
-                        ahead.topic,
-                        ahead.partition,
-                        ahead.first + i as u64,
-                        digest,
-                    );
-                }
-                let touched = [(ahead.topic, ahead.partition)];
-                self.checkpoint_partitions(false, &touched)?;
-                return Ok(positions);
-            }
-            // Something else landed first: project from the log below.
+        // The records are durable: from here on nothing fails the operation
+        // but a conflict.
+        let projected = match ahead {
+            Some(ahead) => write_if_landed(ahead, &positions, &mut self.recent),
+            None => Ok(None),
         }
+        .and_then(|done| match done {
+            Some(touched) => Ok(touched),
+            None => self.project_own(&pending, &encoded, &positions),
+        });
+        let touched = match projected {
+            Ok(touched) => touched,
+            Err(e) if e.is_refusal() => return Err(e),
+            Err(e) => {
+                self.caught_up_at = None;
+                self.follow_up_failed(format!(
+                    "the operation's records are in the log, but projecting them failed \
+                     (the views catch up on the next operation): {e}"
+                ));
+                Vec::new()
+            }
+        };
+        // Only the partitions this call wrote can have reached an interval.
+        if let Err(e) = self.checkpoint_partitions(false, &touched) {
+            self.follow_up_failed(format!(
+                "the operation's records are in the log, but writing a due checkpoint failed \
+                 (retried on the next operation on that partition, and by `serve`): {e}"
+            ));
+        }
+        Ok(positions)
+    }
+
+    /// A follow-up of a durable operation failed: keep it for the answer.
+    fn follow_up_failed(&mut self, what: String) {
+        tracing::warn!("{what}");
+        self.follow_ups.push(what);
+    }
+
+    /// Follow-ups that failed since the last call (see [`Engine::commit`]):
+    /// the operation they belong to happened; these say what is still to
+    /// be done and will be retried.
+    pub fn take_follow_ups(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.follow_ups)
+    }
+
+    /// Project the records this call appended; returns the partitions of
+    /// chained topics they touched (where a checkpoint may now be due).
+    fn project_own(
+        &mut self,
+        pending: &[Pending],
+        encoded: &[Vec<u8>],
+        positions: &[Position],
+    ) -> Result<Vec<(Topic, u32)>> {
         // Project what this call appended (registry first), partition by
         // partition. When nothing else arrived before our records — the
         // usual case — apply them from the bytes we hold instead of reading
@@ -344,7 +362,7 @@ impl Engine {
         // (topic, partition) → (offset, index into `pending`) of our records.
         type Group = ((Topic, u32), Vec<(u64, usize)>);
         let mut groups: Vec<Group> = Vec::new();
-        for (i, (p, pos)) in pending.iter().zip(&positions).enumerate() {
+        for (i, (p, pos)) in pending.iter().zip(positions).enumerate() {
             let key = (p.topic, pos.partition);
             match groups.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, v)) => v.push((pos.offset, i)),
@@ -382,9 +400,7 @@ impl Engine {
                 }
             }
         }
-        // Only the partitions this call wrote can have reached an interval.
-        self.checkpoint_partitions(false, &touched)?;
-        Ok(positions)
+        Ok(touched)
     }
 
     /// Write checkpoints (R16): every full interval of records not yet
@@ -666,6 +682,28 @@ fn project_ahead<'a>(
         write,
         digests,
     }))
+}
+
+/// Write a projection made ahead of the acknowledgement if the records
+/// landed where it assumed; returns the partition it touched, or `None`
+/// (nothing written) when something else landed first.
+fn write_if_landed(
+    ahead: Ahead<'_>,
+    positions: &[Position],
+    recent: &mut recent::RecentDigests,
+) -> Result<Option<Vec<(Topic, u32)>>> {
+    let landed = positions
+        .iter()
+        .enumerate()
+        .all(|(i, pos)| pos.partition == ahead.partition && pos.offset == ahead.first + i as u64);
+    if !landed {
+        return Ok(None);
+    }
+    ahead.write.commit()?;
+    for (i, digest) in ahead.digests.into_iter().enumerate() {
+        recent.record(ahead.topic, ahead.partition, ahead.first + i as u64, digest);
+    }
+    Ok(Some(vec![(ahead.topic, ahead.partition)]))
 }
 
 /// Apply one decoded batch and the offset it reaches in one atomic write.

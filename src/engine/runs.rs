@@ -126,14 +126,13 @@ impl Engine {
             .version(&run.agent, run.version)?
             .and_then(|v| v.tool_budget);
         let decided = artifacts::authorize_read(&run, name, budget).and_then(|art| {
-            match self.store.get(&art.content_ref(), self.now_ms()) {
+            match self.store.get(&art.content_ref()) {
                 Ok(bytes) => Ok((art, bytes)),
                 Err(e) => Err(Refusal::new(
                     match e {
                         crate::content_store::StoreError::DigestMismatch { .. } => {
                             "digest_mismatch"
                         }
-                        crate::content_store::StoreError::Expired(_) => "expired",
                         _ => "content_unavailable",
                     },
                     format!("artifact {name:?}: {e}"),
@@ -212,7 +211,7 @@ impl Engine {
         let run_labels = labels::at_close(&run.labels, &req.labels);
         let mut arts = Vec::with_capacity(req.artifacts.len());
         for (name, content) in &req.artifacts {
-            let blob = self.store.put(content.as_bytes(), None)?;
+            let blob = self.store.put(content.as_bytes())?;
             arts.push(ArtifactRef {
                 name: name.clone(),
                 sha256: blob.sha256,

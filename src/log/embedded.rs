@@ -63,6 +63,9 @@ struct PartState {
 struct Partition {
     label: String,
     dir: PathBuf,
+    /// Opened by a reader that must change nothing (auditor and status
+    /// commands): appends are refused and a torn tail is left in place.
+    read_only: bool,
     state: Mutex<PartState>,
     /// Offsets below this are fsynced and visible to readers.
     synced: Mutex<u64>,
@@ -73,6 +76,8 @@ struct Partition {
 pub struct EmbeddedLog {
     dir: PathBuf,
     topics: BTreeMap<Topic, Vec<Partition>>,
+    /// Torn tails a read-only open found and left in place.
+    torn: Vec<TornTail>,
 }
 
 fn frame_crc(body: &[u8]) -> u32 {
@@ -179,19 +184,41 @@ fn segment_path(dir: &Path, base: u64) -> PathBuf {
     dir.join(format!("{base:020}.seg"))
 }
 
-fn open_segment_file(path: &Path) -> Result<File, LogError> {
-    OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(path)
+fn open_segment_file(path: &Path, read_only: bool) -> Result<File, LogError> {
+    let mut o = OpenOptions::new();
+    o.read(true);
+    if !read_only {
+        o.append(true).create(true);
+    }
+    o.open(path)
         .map_err(|e| LogError::io(format!("open segment {}", path.display()), e))
 }
 
+/// How a partition is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// A writer: creates what is missing and cuts a torn tail.
+    Write,
+    /// A reader that changes nothing.
+    ReadOnly,
+}
+
 impl Partition {
-    fn open(dir: PathBuf, label: String, roll_bytes: u64) -> Result<Self, LogError> {
-        fs::create_dir_all(&dir)
-            .map_err(|e| LogError::io(format!("create {}", dir.display()), e))?;
+    fn open(
+        dir: PathBuf,
+        label: String,
+        roll_bytes: u64,
+        access: Access,
+    ) -> Result<(Self, Option<TornTail>), LogError> {
+        let read_only = access == Access::ReadOnly;
+        let mut left_torn = None;
+        if read_only && !dir.exists() {
+            return Ok((Self::empty(dir, label, roll_bytes), None));
+        }
+        if !read_only {
+            fs::create_dir_all(&dir)
+                .map_err(|e| LogError::io(format!("create {}", dir.display()), e))?;
+        }
         let mut bases: Vec<u64> = fs::read_dir(&dir)
             .map_err(|e| LogError::io(format!("list {}", dir.display()), e))?
             .filter_map(|e| e.ok())
@@ -203,9 +230,12 @@ impl Partition {
             .collect();
         bases.sort_unstable();
         if bases.is_empty() {
+            if read_only {
+                return Ok((Self::empty(dir, label, roll_bytes), None));
+            }
             bases.push(0);
             let path = segment_path(&dir, 0);
-            open_segment_file(&path)?;
+            open_segment_file(&path, false)?;
             sync_dir(&dir)?;
         }
         let mut segments = Vec::with_capacity(bases.len());
@@ -246,6 +276,23 @@ impl Partition {
                                 base + positions.len() as u64
                             )));
                         }
+                        if read_only {
+                            tracing::warn!(
+                                segment = %path.display(),
+                                position = pos,
+                                bytes = buf.len() - pos,
+                                "torn tail: {why}; left in place (opened read-only; \
+                                 the next writer to open the log cuts it)"
+                            );
+                            left_torn = Some(TornTail {
+                                partition: label.clone(),
+                                segment: path.clone(),
+                                at_byte: pos as u64,
+                                bytes: (buf.len() - pos) as u64,
+                                why,
+                            });
+                            break;
+                        }
                         tracing::warn!(
                             segment = %path.display(),
                             position = pos,
@@ -266,7 +313,7 @@ impl Partition {
                 }
             }
             next_offset = base + positions.len() as u64;
-            let file = open_segment_file(&path)?;
+            let file = open_segment_file(&path, read_only)?;
             segments.push(Segment {
                 base,
                 path,
@@ -275,20 +322,43 @@ impl Partition {
                 len: pos as u64,
             });
         }
-        Ok(Self {
+        Ok((
+            Self {
+                label,
+                dir,
+                read_only,
+                synced: Mutex::new(next_offset),
+                synced_cv: Condvar::new(),
+                state: Mutex::new(PartState {
+                    segments,
+                    next_offset,
+                }),
+                roll_bytes,
+            },
+            left_torn,
+        ))
+    }
+
+    /// A partition with no records that a read-only open found no files of.
+    fn empty(dir: PathBuf, label: String, roll_bytes: u64) -> Self {
+        Self {
             label,
             dir,
-            synced: Mutex::new(next_offset),
+            read_only: true,
+            synced: Mutex::new(0),
             synced_cv: Condvar::new(),
             state: Mutex::new(PartState {
-                segments,
-                next_offset,
+                segments: Vec::new(),
+                next_offset: 0,
             }),
             roll_bytes,
-        })
+        }
     }
 
     fn append(&self, frames: &[(Vec<u8>, Vec<u8>)]) -> Result<Vec<u64>, LogError> {
+        if self.read_only {
+            return Err(LogError::ReadOnly(self.label.clone()));
+        }
         let mut buf = Vec::new();
         let mut rel = Vec::with_capacity(frames.len());
         for (k, p) in frames {
@@ -317,7 +387,7 @@ impl Partition {
                 }
                 let base = st.next_offset;
                 let path = segment_path(&self.dir, base);
-                let file = open_segment_file(&path)?;
+                let file = open_segment_file(&path, false)?;
                 sync_dir(&self.dir)?;
                 st.segments.push(Segment {
                     base,
@@ -505,13 +575,70 @@ fn poisoned(label: &str) -> LogError {
     LogError::Unavailable(format!("{label}: a writer panicked while holding the lock"))
 }
 
+/// A torn tail found by a read-only open and left in place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// `topic/partition`.
+    pub partition: String,
+    pub segment: PathBuf,
+    pub at_byte: u64,
+    pub bytes: u64,
+    pub why: String,
+}
+
+impl std::fmt::Display for TornTail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: torn tail of {} bytes at byte {} of {} ({}); not cut, nothing past it is read",
+            self.partition,
+            self.bytes,
+            self.at_byte,
+            self.segment.display(),
+            self.why
+        )
+    }
+}
+
 impl EmbeddedLog {
     /// Open (or create) the embedded log in `dir`. The partition count of a
     /// topic is fixed when the topic is first created and read back after.
+    /// A torn tail is cut (see the module comment).
     pub fn open(dir: impl AsRef<Path>, config: &EmbeddedConfig) -> Result<Self, LogError> {
-        let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir)
-            .map_err(|e| LogError::io(format!("create {}", dir.display()), e))?;
+        Self::open_as(dir.as_ref(), config, Access::Write)
+    }
+
+    /// Open an existing embedded log to read it only: nothing is created,
+    /// cut or appended (appends answer [`LogError::ReadOnly`]). A torn tail
+    /// is reported by [`EmbeddedLog::torn_tails`] and left for the next
+    /// writer to cut, so an audit never changes what it audits.
+    pub fn open_read_only(
+        dir: impl AsRef<Path>,
+        config: &EmbeddedConfig,
+    ) -> Result<Self, LogError> {
+        let dir = dir.as_ref();
+        if !dir.is_dir() {
+            return Err(LogError::io(
+                format!("no ledger log at {}", dir.display()),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
+        Self::open_as(dir, config, Access::ReadOnly)
+    }
+
+    /// Torn tails found and left in place by a read-only open.
+    pub fn torn_tails(&self) -> &[TornTail] {
+        &self.torn
+    }
+
+    fn open_as(dir: &Path, config: &EmbeddedConfig, access: Access) -> Result<Self, LogError> {
+        crate::model::ids::check_topic_prefix(&config.topic_prefix).map_err(LogError::Config)?;
+        let dir = dir.to_path_buf();
+        if access == Access::Write {
+            fs::create_dir_all(&dir)
+                .map_err(|e| LogError::io(format!("create {}", dir.display()), e))?;
+        }
+        let mut torn = Vec::new();
         let mut topics = BTreeMap::new();
         for topic in Topic::ALL {
             let tdir = dir.join(format!("{}{}", config.topic_prefix, topic.name()));
@@ -532,16 +659,21 @@ impl EmbeddedLog {
             };
             let mut parts = Vec::with_capacity(count as usize);
             for p in 0..count {
-                parts.push(Partition::open(
+                let (part, tail) = Partition::open(
                     tdir.join(p.to_string()),
                     format!("{}/{}", topic.name(), p),
                     config.segment_roll_bytes,
-                )?);
+                    access,
+                )?;
+                parts.push(part);
+                torn.extend(tail);
             }
             topics.insert(topic, parts);
         }
-        sync_dir(&dir)?;
-        Ok(Self { dir, topics })
+        if access == Access::Write {
+            sync_dir(&dir)?;
+        }
+        Ok(Self { dir, topics, torn })
     }
 
     fn partition(&self, topic: Topic, partition: u32) -> Result<&Partition, LogError> {
@@ -635,6 +767,10 @@ impl Log for EmbeddedLog {
 
     fn describe(&self) -> String {
         format!("embedded log at {}", self.dir.display())
+    }
+
+    fn torn_tails(&self) -> Vec<String> {
+        self.torn.iter().map(ToString::to_string).collect()
     }
 }
 

@@ -560,12 +560,13 @@ impl KafkaLog {
     /// broker answers, naming the brokers.
     pub fn connect(config: &KafkaConfig) -> Result<KafkaLog, LogError> {
         if config.brokers.trim().is_empty() {
-            return Err(LogError::Unavailable(
+            return Err(LogError::Config(
                 "no Kafka brokers given (bootstrap servers are empty)".into(),
             ));
         }
+        crate::model::ids::check_topic_prefix(&config.topic_prefix).map_err(LogError::Config)?;
         if config.replication_factor == 0 || config.ledger_partitions == 0 {
-            return Err(LogError::Unavailable(format!(
+            return Err(LogError::Config(format!(
                 "invalid Kafka layout: replication factor {} and ledger partitions {} must be at least 1",
                 config.replication_factor, config.ledger_partitions
             )));

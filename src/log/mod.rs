@@ -95,6 +95,12 @@ pub enum LogError {
     TooLarge { size: usize, limit: usize },
     #[error("{0}")]
     Unavailable(String),
+    #[error(
+        "{0}: the log was opened read-only (by an auditor or status command); nothing is appended"
+    )]
+    ReadOnly(String),
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 impl LogError {
@@ -204,6 +210,12 @@ pub trait Log: Send + Sync {
 
     /// A short description for status output.
     fn describe(&self) -> String;
+
+    /// Damage a reader found at the end of the log and left in place (a
+    /// read-only open never cuts a torn tail), one line each.
+    fn torn_tails(&self) -> Vec<String> {
+        Vec::new()
+    }
 
     /// Join the instances that share this log's ledger partitions under
     /// `group`. A backend without groups owns everything.

@@ -46,6 +46,26 @@ pub fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
 }
 
+/// A topic prefix names directories under `--data` and Kafka topics: only
+/// what both accept (letters, digits, `.`, `_`, `-`; at most 100 bytes), and
+/// never `.` or `..` alone, so it cannot lead out of the data dir.
+pub fn check_topic_prefix(prefix: &str) -> Result<(), String> {
+    let ok = prefix.len() <= 100
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && prefix != "."
+        && prefix != "..";
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "topic prefix {prefix:?} may hold only letters, digits, '.', '_' and '-' (at most 100), \
+             and may not be '.' or '..'"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,9 +15,10 @@ pub const FINISHED: u8 = b'f';
 pub const CURSOR: u8 = b'd';
 pub const TASK: u8 = b'k';
 pub const CHECKPOINTED: u8 = b'x';
+pub const CONTENT_REF: u8 = b'b';
 pub const FORMAT: u8 = b'_';
 
-pub const ALL_PREFIXES: [(u8, &str); 11] = [
+pub const ALL_PREFIXES: [(u8, &str); 12] = [
     (OFFSET, "offsets"),
     (AGENT, "agents"),
     (VERSION, "versions"),
@@ -29,6 +30,7 @@ pub const ALL_PREFIXES: [(u8, &str); 11] = [
     (CURSOR, "dispatch_cursors"),
     (TASK, "tasks"),
     (CHECKPOINTED, "checkpoint_marks"),
+    (CONTENT_REF, "content_refs"),
 ];
 
 fn with(prefix: u8, parts: &[&[u8]]) -> Vec<u8> {
@@ -95,6 +97,10 @@ pub fn checkpointed(topic: Topic, partition: u32) -> Vec<u8> {
 }
 pub fn task(task: &str) -> Vec<u8> {
     with(TASK, &[task.as_bytes()])
+}
+/// The latest deadline among the ledger's references to some content.
+pub fn content_ref(sha256: &[u8; 32]) -> Vec<u8> {
+    with(CONTENT_REF, &[sha256])
 }
 pub fn dispatch_cursor(partition: u32) -> Vec<u8> {
     with(CURSOR, &[&partition.to_be_bytes()])

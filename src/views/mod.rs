@@ -43,7 +43,11 @@ pub enum ViewError {
 /// log, so a change only means rebuilding them; this says when to.
 /// 1: first page of a run's trail under its own key. 2: inside the run state.
 /// 3: a chain of its root run alone is not stored (read off the run state).
-pub const VIEWS_FORMAT: u32 = 3;
+/// 4: content references and their deadlines (the sweep's index).
+pub const VIEWS_FORMAT: u32 = 4;
+
+/// The deadline of a reference that never expires (an artifact).
+pub const NEVER: u64 = u64::MAX;
 
 pub struct Views {
     db: sled::Db,
@@ -263,6 +267,13 @@ impl Views {
                 to: 0,
                 head: crate::audit::GENESIS,
             }))
+    }
+
+    /// The latest deadline (unix ms) among the ledger's references to the
+    /// content with this sha256: an artifact's never passes ([`NEVER`]), a
+    /// task's blob grant passes at its TTL. `None`: nothing references it.
+    pub fn content_deadline(&self, sha256: &[u8; 32]) -> Result<Option<u64>, ViewError> {
+        self.get_typed(&keys::content_ref(sha256))
     }
 
     /// A task's context-exchange state (R11–R15).

@@ -64,15 +64,39 @@ pub fn fixed_clock_options() -> EngineOptions {
     }
 }
 
+/// A clock a test moves by hand (unix milliseconds).
+#[derive(Clone)]
+pub struct TestClock(pub std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl TestClock {
+    pub fn at(ms: u64) -> Self {
+        Self(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(ms)))
+    }
+    pub fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+    pub fn options(&self) -> EngineOptions {
+        let t = self.0.clone();
+        EngineOptions {
+            clock: std::sync::Arc::new(move || t.load(std::sync::atomic::Ordering::SeqCst)),
+            ..fixed_clock_options()
+        }
+    }
+}
+
 impl Ledger {
     pub fn open(dir: &Path) -> Self {
         Self::open_on(dir, &Backend::Embedded)
     }
 
     pub fn open_on(dir: &Path, backend: &Backend) -> Self {
+        Self::open_with(dir, backend, fixed_clock_options())
+    }
+
+    pub fn open_with(dir: &Path, backend: &Backend, opts: EngineOptions) -> Self {
         let engine = match backend {
-            Backend::Embedded => Engine::open_embedded(dir, fixed_clock_options()),
-            Backend::Kafka(k) => Engine::open_kafka(dir, k, fixed_clock_options()),
+            Backend::Embedded => Engine::open_embedded(dir, opts),
+            Backend::Kafka(k) => Engine::open_kafka(dir, k, opts),
         }
         .expect("open engine");
         Self {
@@ -179,4 +203,45 @@ pub fn rebuild_report(dir: &Path) -> (Option<i32>, Value) {
         )
     });
     (out.status.code(), report)
+}
+
+/// Run the `agentledger` binary on a data dir: exit code, stdout, stderr.
+pub fn cli(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .arg("--data")
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("run agentledger");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Copy a directory tree (a data dir a test is about to damage).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// The last segment file of a topic partition of an embedded data dir.
+pub fn last_segment(dir: &Path, topic: &str, partition: u32) -> PathBuf {
+    let pdir = dir.join("log").join(topic).join(partition.to_string());
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(&pdir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segs.sort();
+    segs.pop().expect("a segment")
 }

@@ -1,0 +1,183 @@
+//! Opening a data dir: its paths, its lock, and views that can be trusted.
+//!
+//! Views are a projection of the log and nothing else, so whenever they
+//! cannot be trusted — sled fails or panics opening or reading them, they
+//! are in an older format, or they claim records the log does not hold (its
+//! tail was cut or lost) — they are set aside and projected again from the
+//! log, and the engine says so on stderr. Nothing here ever needs the old
+//! views, so a damaged store never stops a command, `rebuild` included.
+
+use crate::error::{LedgerError, Result};
+use crate::log::{Log, Topic};
+use crate::views::{ViewError, Views};
+use std::fs::File;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+/// Paths inside a data directory.
+pub struct DataDir {
+    pub root: PathBuf,
+}
+
+impl DataDir {
+    pub fn new(root: impl AsRef<Path>) -> Self {
+        Self {
+            root: root.as_ref().to_path_buf(),
+        }
+    }
+    pub fn log(&self) -> PathBuf {
+        self.root.join("log")
+    }
+    pub fn views(&self) -> PathBuf {
+        self.root.join("views")
+    }
+    /// Where views that could not be trusted are moved (the last set only).
+    pub fn views_set_aside(&self) -> PathBuf {
+        self.root.join("views.set-aside")
+    }
+    pub fn blobs(&self) -> PathBuf {
+        self.root.join("blobs")
+    }
+    pub fn lock_path(&self) -> PathBuf {
+        self.root.join("LOCK")
+    }
+
+    /// Take the data directory for this process: the embedded log and sled
+    /// both assume a single writer.
+    pub fn lock(&self) -> Result<File> {
+        use fs2::FileExt;
+        std::fs::create_dir_all(&self.root).map_err(|e| {
+            LedgerError::Other(format!("create data dir {}: {e}", self.root.display()))
+        })?;
+        let f = File::create(self.lock_path()).map_err(|e| {
+            LedgerError::Other(format!("create {}: {e}", self.lock_path().display()))
+        })?;
+        f.try_lock_exclusive().map_err(|_| {
+            LedgerError::Other(format!(
+                "data dir {} is in use by another agentledger process",
+                self.root.display()
+            ))
+        })?;
+        Ok(f)
+    }
+}
+
+/// Run `f`, turning a panic into an error message (sled panics on some
+/// kinds of damage instead of returning an error).
+pub(crate) fn guarded<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
+        panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into())
+    })
+}
+
+/// Why views were not trusted, or the log's own error.
+enum Distrust {
+    Views(String),
+    Log(LedgerError),
+}
+
+/// The views of `dd`, caught up with `log`: the ones on disk when they can
+/// be trusted, else fresh ones projected from the log (the old ones are
+/// moved to [`DataDir::views_set_aside`]).
+pub(crate) fn open_views(dd: &DataDir, log: &dyn Log) -> Result<Views> {
+    let why = match trusted_views(&dd.views(), log) {
+        Ok(views) => return Ok(views),
+        Err(Distrust::Log(e)) => return Err(e),
+        Err(Distrust::Views(why)) => why,
+    };
+    let aside = dd.views_set_aside();
+    tracing::warn!(
+        "{why}; the views are set aside in {} and projected again from the log",
+        aside.display()
+    );
+    let _ = std::fs::remove_dir_all(&aside);
+    if let Err(e) = std::fs::rename(dd.views(), &aside) {
+        if dd.views().exists() {
+            std::fs::remove_dir_all(dd.views()).map_err(|e2| {
+                LedgerError::Other(format!(
+                    "cannot set aside the views {} ({e}) nor remove them ({e2})",
+                    dd.views().display()
+                ))
+            })?;
+        }
+    }
+    match trusted_views(&dd.views(), log) {
+        Ok(views) => Ok(views),
+        Err(Distrust::Log(e)) => Err(e),
+        Err(Distrust::Views(why)) => Err(LedgerError::Other(format!(
+            "fresh views in {} failed too: {why}",
+            dd.views().display()
+        ))),
+    }
+}
+
+/// Open the views in `dir` and catch them up with the log, or say why they
+/// cannot be trusted.
+fn trusted_views(dir: &Path, log: &dyn Log) -> std::result::Result<Views, Distrust> {
+    let views = match guarded(|| Views::open(dir)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(ViewError::StaleFormat { found, want })) => {
+            return Err(Distrust::Views(format!(
+                "the views are in format {found}, this build keeps format {want}"
+            )))
+        }
+        Ok(Err(e)) => return Err(Distrust::Views(format!("the views cannot be opened: {e}"))),
+        Err(panic) => {
+            return Err(Distrust::Views(format!(
+                "the views are damaged (sled panicked opening them: {panic})"
+            )))
+        }
+    };
+    let checked = check_and_catch_up(&views, log);
+    match checked {
+        Ok(()) => Ok(views),
+        Err(e) => {
+            // Closing damaged views may fail the same way; it must not
+            // take the process with it.
+            let _ = guarded(move || drop(views));
+            Err(e)
+        }
+    }
+}
+
+/// Refuse views that claim more than the log holds, then project what
+/// they have not seen yet.
+fn check_and_catch_up(views: &Views, log: &dyn Log) -> std::result::Result<(), Distrust> {
+    let topics = [Topic::Registry, Topic::Ledger, Topic::Checkpoints];
+    let ends = log
+        .end_offsets_of(&topics)
+        .map_err(|e| Distrust::Log(e.into()))?;
+    for (topic, ends) in topics.into_iter().zip(ends) {
+        for (p, end) in ends.into_iter().enumerate() {
+            match guarded(|| views.offset(topic, p as u32)) {
+                Ok(Ok(projected)) if projected <= end => {}
+                Ok(Ok(projected)) => {
+                    return Err(Distrust::Views(format!(
+                        "the views hold {topic}/{p} up to offset {projected} but the log ends at \
+                         {end} (its tail was cut or lost)"
+                    )))
+                }
+                Ok(Err(e)) => return Err(Distrust::Views(format!("the views are damaged: {e}"))),
+                Err(panic) => {
+                    return Err(Distrust::Views(format!(
+                        "the views are damaged (sled panicked reading them: {panic})"
+                    )))
+                }
+            }
+        }
+    }
+    match guarded(|| super::project_all(log, views, &|_| {})) {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(LedgerError::Views(e))) => {
+            Err(Distrust::Views(format!("the views are damaged: {e}")))
+        }
+        Ok(Err(e)) => Err(Distrust::Log(e)),
+        Err(panic) => Err(Distrust::Views(format!(
+            "the views are damaged (sled panicked projecting into them: {panic})"
+        ))),
+    }
+}
