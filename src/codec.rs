@@ -64,6 +64,22 @@ fn config() -> bincode::config::Configuration {
     bincode::config::standard()
 }
 
+/// Most bytes decoding one record may claim. bincode allocates what a
+/// length prefix says before it reads the bytes, so a damaged or hostile
+/// prefix would otherwise ask for terabytes and abort the process; a record
+/// is at most [`MAX_RECORD_BYTES`], and what decoding it claims stays within
+/// a small multiple of that.
+const RECORD_DECODE_LIMIT: usize = 4 * MAX_RECORD_BYTES;
+
+/// Most bytes decoding one view value may claim: views hold whole task
+/// states, which grow with their contexts, so the bound is generous — it
+/// only keeps a damaged length from aborting the process.
+const VIEW_DECODE_LIMIT: usize = 1 << 30;
+
+fn record_config() -> impl bincode::config::Config {
+    config().with_limit::<RECORD_DECODE_LIMIT>()
+}
+
 pub fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
@@ -75,8 +91,9 @@ pub fn to_bytes<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
 
 /// Decode a value written by [`to_bytes`].
 pub fn from_bytes<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
-    let (v, _) = bincode::serde::decode_from_slice(bytes, config())
-        .map_err(|e| CodecError::BadBody(e.to_string()))?;
+    let (v, _) =
+        bincode::serde::decode_from_slice(bytes, config().with_limit::<VIEW_DECODE_LIMIT>())
+            .map_err(|e| CodecError::BadBody(e.to_string()))?;
     Ok(v)
 }
 
@@ -86,7 +103,7 @@ pub fn encode_body(event: &LedgerEvent) -> Result<Vec<u8>, CodecError> {
 }
 
 pub fn decode_body(bytes: &[u8]) -> Result<LedgerEvent, CodecError> {
-    let (ev, used) = bincode::serde::decode_from_slice(bytes, config())
+    let (ev, used) = bincode::serde::decode_from_slice(bytes, record_config())
         .map_err(|e| CodecError::BadBody(e.to_string()))?;
     if used != bytes.len() {
         return Err(CodecError::BadBody(format!(
@@ -134,8 +151,9 @@ pub fn decode_envelope(bytes: &[u8]) -> Result<EnvelopeV1, CodecError> {
     if version != SCHEMA_VERSION {
         return Err(CodecError::UnknownSchemaVersion { found: version });
     }
-    let (env, used): (EnvelopeV1, usize) = bincode::serde::decode_from_slice(&bytes[2..], config())
-        .map_err(|e| CodecError::BadEnvelope(e.to_string()))?;
+    let (env, used): (EnvelopeV1, usize) =
+        bincode::serde::decode_from_slice(&bytes[2..], record_config())
+            .map_err(|e| CodecError::BadEnvelope(e.to_string()))?;
     if used != bytes.len() - 2 {
         return Err(CodecError::BadEnvelope(format!(
             "{} trailing bytes after the envelope",

@@ -27,15 +27,37 @@ pub enum LedgerError {
     #[error(transparent)]
     Refused(#[from] Refusal),
     #[error("log: {0}")]
-    Log(#[from] LogError),
+    Log(LogError),
     #[error("codec: {0}")]
     Codec(#[from] crate::codec::CodecError),
     #[error("views: {0}")]
     Views(#[from] crate::views::ViewError),
     #[error("content store: {0}")]
-    Store(#[from] crate::content_store::StoreError),
+    Store(crate::content_store::StoreError),
     #[error("{0}")]
     Other(String),
+}
+
+/// Bytes over a size limit are the caller's fault: a refusal naming the
+/// limit, after which the next operation applies.
+impl From<LogError> for LedgerError {
+    fn from(e: LogError) -> Self {
+        match e {
+            LogError::TooLarge { .. } => Refusal::new("too_large", e.to_string()).into(),
+            e => LedgerError::Log(e),
+        }
+    }
+}
+
+impl From<crate::content_store::StoreError> for LedgerError {
+    fn from(e: crate::content_store::StoreError) -> Self {
+        match e {
+            crate::content_store::StoreError::TooLarge { .. } => {
+                Refusal::new("too_large", e.to_string()).into()
+            }
+            e => LedgerError::Store(e),
+        }
+    }
 }
 
 impl LedgerError {

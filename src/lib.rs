@@ -18,6 +18,7 @@ pub mod content_store;
 pub mod context;
 pub mod engine;
 pub mod error;
+pub mod limits;
 pub mod log;
 pub mod loops;
 pub mod model;

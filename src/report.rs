@@ -74,14 +74,45 @@ pub fn collect_trail(
     Ok(steps)
 }
 
+/// A name or label as written in a trail line: as it is when it shows as
+/// what it is, else quoted with its control and invisible characters
+/// escaped (the log may hold what no check let in, e.g. from an older
+/// writer or a forger).
+pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    if crate::rules::labels::plainly_visible(s) && !s.contains(['"', ',', '[', ']']) {
+        std::borrow::Cow::Borrowed(s)
+    } else {
+        std::borrow::Cow::Owned(escaped(s))
+    }
+}
+
+/// `s` quoted, with everything but plainly visible characters escaped.
+fn escaped(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            ' ' => out.push(' '),
+            c if crate::rules::labels::plainly_visible(c.encode_utf8(&mut [0; 4])) => out.push(c),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    out.push('"');
+    out
+}
+
 fn labels_text(labels: &[String]) -> String {
-    format!("[{}]", labels.join(", "))
+    let shown: Vec<_> = labels.iter().map(|l| shown(l)).collect();
+    format!("[{}]", shown.join(", "))
 }
 
 /// One readable line for a step.
 pub fn step_line(run: &str, s: &TrailStep) -> String {
     let body = match &s.event {
-        LedgerEvent::AgentPublished(v) => format!("published agent {} v{}", v.agent, v.version),
+        LedgerEvent::AgentPublished(v) => {
+            format!("published agent {} v{}", shown(&v.agent), v.version)
+        }
         LedgerEvent::RunOpened(e) => {
             let pos = match (&e.root, e.hop) {
                 (Some(r), Some(h)) => format!("root {r}, hop {h}"),
@@ -93,14 +124,14 @@ pub fn step_line(run: &str, s: &TrailStep) -> String {
             let by = match &e.trigger {
                 Some(t) => format!(
                     " by {} from {} (exposes {})",
-                    t.event,
-                    t.source_run,
+                    shown(&t.event),
+                    shown(&t.source_run),
                     if t.artifacts.is_empty() {
                         "nothing".to_string()
                     } else {
                         t.artifacts
                             .iter()
-                            .map(|a| a.name.as_str())
+                            .map(|a| shown(&a.name))
                             .collect::<Vec<_>>()
                             .join(", ")
                     }
@@ -110,15 +141,15 @@ pub fn step_line(run: &str, s: &TrailStep) -> String {
             };
             format!(
                 "opened {} v{}{by}; {pos}; labels {}",
-                e.agent,
+                shown(&e.agent),
                 e.version,
                 labels_text(&e.labels)
             )
         }
         LedgerEvent::ArtifactRead(e) => format!(
             "read {} from {} ({}, {} bytes); labels now {}",
-            e.artifact.name,
-            e.artifact.source_run,
+            shown(&e.artifact.name),
+            shown(&e.artifact.source_run),
             e.artifact.digest(),
             e.artifact.size,
             labels_text(&e.labels_after)
@@ -135,7 +166,7 @@ pub fn step_line(run: &str, s: &TrailStep) -> String {
                     "artifacts {}",
                     e.artifacts
                         .iter()
-                        .map(|a| a.name.as_str())
+                        .map(|a| shown(&a.name))
                         .collect::<Vec<_>>()
                         .join(", ")
                 )
@@ -190,12 +221,12 @@ pub fn step_line(run: &str, s: &TrailStep) -> String {
             };
             format!(
                 "listener {} for {} NOT OPENED ({}): {why}",
-                e.agent,
-                e.event,
+                shown(&e.agent),
+                shown(&e.event),
                 e.reason.code()
             )
         }
-        LedgerEvent::Context(c) => context_line(&c.event),
+        LedgerEvent::Context(c) => context_line(&c.master_run, &c.event),
         LedgerEvent::RunDispatched(e) => {
             if e.opened.is_empty() {
                 "dispatched: no listener opened".to_string()
@@ -204,7 +235,7 @@ pub fn step_line(run: &str, s: &TrailStep) -> String {
             }
         }
     };
-    format!("{run:<22} #{:<3} {body}", s.step)
+    format!("{:<22} #{:<3} {body}", shown(run), s.step)
 }
 
 fn short_uri(uri: &str) -> String {
@@ -216,7 +247,7 @@ fn short_uri(uri: &str) -> String {
 
 /// A context exchange (IETF draft) in words: who sent what to whom, item
 /// states, and both evaluation layers.
-fn context_line(ev: &ContextEvent) -> String {
+fn context_line(master_run: &str, ev: &ContextEvent) -> String {
     match ev {
         ContextEvent::TaskOpened {
             task,
@@ -314,10 +345,21 @@ fn context_line(ev: &ContextEvent) -> String {
             message,
             agent,
             ..
-        } => format!(
-            "{op} by {} REFUSED ({code}): {message}",
-            agent.as_deref().unwrap_or("the master")
-        ),
+        } => {
+            // The caller as given: a run for the master's operations, an
+            // agent for the invoked agent's.
+            let by = match (agent.as_deref(), op.as_str()) {
+                (Some(run), op) if run == master_run && op != "open_task" => {
+                    format!("run {} (the master)", shown(run))
+                }
+                (Some(run), "open_task" | "update_task" | "send_context" | "evaluate") => {
+                    format!("run {}", shown(run))
+                }
+                (Some(agent), _) => format!("agent {}", shown(agent)),
+                (None, _) => "an unnamed caller".to_string(),
+            };
+            format!("{op} by {by} REFUSED ({code}): {message}")
+        }
     }
 }
 

@@ -60,8 +60,8 @@ fn r11_isolation_refusals_are_recorded_in_the_master_trail() {
     let uri = setup(&mut l);
     let hotel = ctx("hotel", "h1", &[], Some(&uri));
     let flight = ctx("flight", "f1", &[], None);
-    l.ok(json!({"op":"send_context","task":"t1","mode":"async","agent_context":hotel}));
-    l.ok(json!({"op":"send_context","task":"t1","mode":"async","agent_context":flight}));
+    l.ok(json!({"op":"send_context","task":"t1","run":"m1","mode":"async","agent_context":hotel}));
+    l.ok(json!({"op":"send_context","task":"t1","run":"m1","mode":"async","agent_context":flight}));
     let own = l.ok(json!({"op":"get_context","task":"t1","agent":"flight"}));
     assert_eq!(own["agent_context"]["AgentName"], "flight");
     assert_eq!(
@@ -94,21 +94,27 @@ fn r12_sync_dependency_skipped_is_refused_and_recorded() {
     let a = ctx("diagnosis", "d1", &[], None);
     let b = ctx("prescription", "p1", &["d1"], None);
     assert_eq!(
-        l.refused(json!({"op":"send_context","task":"t1","mode":"sync","agent_context":b})),
+        l.refused(
+            json!({"op":"send_context","task":"t1","run":"m1","mode":"sync","agent_context":b})
+        ),
         "dependency_pending"
     );
-    l.ok(json!({"op":"send_context","task":"t1","mode":"sync","agent_context":a}));
+    l.ok(json!({"op":"send_context","task":"t1","run":"m1","mode":"sync","agent_context":a}));
     assert_eq!(
-        l.refused(json!({"op":"send_context","task":"t1","mode":"sync","agent_context":b})),
+        l.refused(
+            json!({"op":"send_context","task":"t1","run":"m1","mode":"sync","agent_context":b})
+        ),
         "subtask_outstanding"
     );
     l.ok(json!({"op":"return_context","task":"t1","agent":"diagnosis","agent_context":done(&a)}));
     assert_eq!(
-        l.refused(json!({"op":"send_context","task":"t1","mode":"sync","agent_context":b})),
+        l.refused(
+            json!({"op":"send_context","task":"t1","run":"m1","mode":"sync","agent_context":b})
+        ),
         "dependency_pending"
     );
-    l.ok(json!({"op":"evaluate","task":"t1","subtask":"s1","decision":"accepted","reason":"fine"}));
-    l.ok(json!({"op":"send_context","task":"t1","mode":"sync","agent_context":b}));
+    l.ok(json!({"op":"evaluate","task":"t1","run":"m1","subtask":"s1","decision":"accepted","reason":"fine"}));
+    l.ok(json!({"op":"send_context","task":"t1","run":"m1","mode":"sync","agent_context":b}));
     assert_eq!(refusals(&l).len(), 3);
 }
 
@@ -118,7 +124,7 @@ fn r13_both_evaluation_layers_are_in_the_trail() {
     let mut l = Ledger::open(d.path());
     setup(&mut l);
     let a = ctx("weather", "w1", &[], None);
-    l.ok(json!({"op":"send_context","task":"t1","mode":"async","agent_context":a}));
+    l.ok(json!({"op":"send_context","task":"t1","run":"m1","mode":"async","agent_context":a}));
     let mut low = done(&a);
     low["EvaluationResult"]["Confidence"] = json!(0.5);
     let r = l.ok(json!({"op":"return_context","task":"t1","agent":"weather","agent_context":low}));
@@ -128,9 +134,11 @@ fn r13_both_evaluation_layers_are_in_the_trail() {
         .unwrap()
         .contains("confidence"));
     assert_eq!(l.refused(json!({"op":"evaluate","task":"t1","subtask":"s1","decision":"accepted","run":"not-the-master"})), "not_master");
-    l.ok(json!({"op":"evaluate","task":"t1","subtask":"s1","decision":"accepted","reason":"good enough"}));
+    l.ok(json!({"op":"evaluate","task":"t1","run":"m1","subtask":"s1","decision":"accepted","reason":"good enough"}));
     assert_eq!(
-        l.refused(json!({"op":"evaluate","task":"t1","subtask":"s1","decision":"rejected"})),
+        l.refused(
+            json!({"op":"evaluate","task":"t1","run":"m1","subtask":"s1","decision":"rejected"})
+        ),
         "already_evaluated"
     );
     let kinds: Vec<&str> = l
@@ -155,8 +163,8 @@ fn r15_tampered_expired_and_ungranted_references_are_refused_and_recorded() {
     let d = tempfile::tempdir().unwrap();
     let mut l = Ledger::open(d.path());
     let uri = setup(&mut l);
-    l.ok(json!({"op":"send_context","task":"t1","mode":"async","agent_context":ctx("hotel", "h1", &[], Some(&uri))}));
-    l.ok(json!({"op":"send_context","task":"t1","mode":"async","agent_context":ctx("flight", "f1", &[], None)}));
+    l.ok(json!({"op":"send_context","task":"t1","run":"m1","mode":"async","agent_context":ctx("hotel", "h1", &[], Some(&uri))}));
+    l.ok(json!({"op":"send_context","task":"t1","run":"m1","mode":"async","agent_context":ctx("flight", "f1", &[], None)}));
     let got = l.ok(json!({"op":"get_blob","task":"t1","agent":"hotel","uri":uri}));
     assert_eq!(got["content"], "referenced document body");
     assert_eq!(
@@ -196,7 +204,7 @@ fn context_state_survives_rebuild_identically() {
         let mut l = Ledger::open(d.path());
         let uri = setup(&mut l);
         let a = ctx("hotel", "h1", &[], Some(&uri));
-        l.ok(json!({"op":"send_context","task":"t1","mode":"async","agent_context":a}));
+        l.ok(json!({"op":"send_context","task":"t1","run":"m1","mode":"async","agent_context":a}));
         l.ok(json!({"op":"return_context","task":"t1","agent":"hotel","agent_context":done(&a)}));
         l.refused(json!({"op":"get_context","task":"t1","agent":"nobody"}));
     }
@@ -217,7 +225,7 @@ fn invalid_context_names_the_json_path() {
     bad["todoItems"][0]["itemID"] = json!(7);
     let err = agentledger::apply::apply_value(
         &mut l.engine,
-        &json!({"op":"send_context","task":"t1","mode":"async","agent_context":bad}),
+        &json!({"op":"send_context","task":"t1","run":"m1","mode":"async","agent_context":bad}),
     )
     .unwrap_err();
     assert_eq!(err.code(), "invalid_context");

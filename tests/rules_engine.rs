@@ -439,9 +439,21 @@ fn r9_labels_flow_and_scope_barrier_holds(b: &Backend) {
         "untrusted flows in by reading"
     );
     let closed = l.ok(json!({"op":"close_run","run":resp,"status":"succeeded","artifacts":{"final_answer":"fixed"}}));
-    let labels = closed["artifacts"][0]["labels"].clone();
-    assert_eq!(labels, json!(["area:acme/platform", "untrusted"]));
+    assert_eq!(
+        closed["labels"],
+        json!(["area:acme/platform", "untrusted"]),
+        "every artifact it publishes carries all of the run's labels"
+    );
     let b = l.dispatch();
+    // The listener's input carries them too.
+    assert_eq!(
+        b["opened"][0]["input"]["labels"],
+        json!(["area:acme/platform", "untrusted"])
+    );
+    assert_eq!(
+        b["opened"][0]["input"]["artifacts"][0]["name"],
+        json!("final_answer")
+    );
     let opened: Vec<&str> = b["opened"]
         .as_array()
         .unwrap()

@@ -2,6 +2,7 @@
 //! out. A bad line is answered and skipped; every other line still applies.
 
 pub mod ops;
+mod strict;
 pub use ops as ops_json;
 
 pub use ops::apply_value;
@@ -10,9 +11,9 @@ use crate::engine::Engine;
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 
-/// Longest line `apply` accepts; longer lines are answered `line_too_long`
-/// without being held in memory whole.
-pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+/// Longest line `apply` accepts, without its line end; longer lines are
+/// answered `line_too_long` without being held in memory whole.
+pub use crate::limits::MAX_LINE_BYTES;
 
 /// The error answer of a line.
 pub fn error_answer(code: &str, message: impl Into<String>) -> Value {
@@ -29,17 +30,32 @@ pub struct ApplySummary {
     pub failed: bool,
 }
 
+/// Parse one line strictly: UTF-8 throughout (`malformed_json`, never a
+/// lossy replacement), JSON, and no object with a key twice
+/// (`invalid_request`: which of two values was meant cannot be known).
+pub fn parse_line(line: &[u8]) -> Result<Value, Value> {
+    let text = std::str::from_utf8(line).map_err(|e| {
+        error_answer(
+            "malformed_json",
+            format!(
+                "line is not valid UTF-8 (byte {} starts an invalid sequence)",
+                e.valid_up_to()
+            ),
+        )
+    })?;
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| error_answer("malformed_json", format!("line is not JSON: {e}")))?;
+    serde_json::from_str::<strict::NoDuplicateKeys>(text)
+        .map_err(|e| error_answer("invalid_request", format!("{e}")))?;
+    Ok(value)
+}
+
 /// Answer one line. Returns the answer and whether the failure (if any) was
 /// the machine's rather than the caller's.
-pub fn apply_line(engine: &mut Engine, line: &str) -> (Value, bool) {
-    let value: Value = match serde_json::from_str(line) {
+pub fn apply_line(engine: &mut Engine, line: &[u8]) -> (Value, bool) {
+    let value = match parse_line(line) {
         Ok(v) => v,
-        Err(e) => {
-            return (
-                error_answer("malformed_json", format!("line is not JSON: {e}")),
-                false,
-            )
-        }
+        Err(answer) => return (answer, false),
     };
     match apply_value(engine, &value) {
         Ok(answer) => (answer, false),
@@ -50,42 +66,49 @@ pub fn apply_line(engine: &mut Engine, line: &str) -> (Value, bool) {
     }
 }
 
-/// Read one line of at most `max` bytes. `Ok(None)` at end of input;
-/// `Ok(Some(Err(len)))` for a line that was too long (consumed and dropped).
+/// Read one line whose content (without `\n` or `\r\n`) is at most `max`
+/// bytes. `Ok(None)` at end of input; `Ok(Some(Err(len)))` for a line that
+/// was too long (consumed and dropped, never held whole).
 fn read_bounded_line(
     input: &mut impl BufRead,
     max: usize,
-) -> std::io::Result<Option<Result<String, usize>>> {
+) -> std::io::Result<Option<Result<Vec<u8>, usize>>> {
     let mut buf = Vec::new();
+    // Bytes of the line before its `\n`, and whether any was read at all.
     let mut total = 0usize;
+    let mut any = false;
+    let mut last = None;
     loop {
         let chunk = input.fill_buf()?;
         if chunk.is_empty() {
-            if total == 0 {
-                return Ok(None);
-            }
             break;
         }
-        let (used, done) = match chunk.iter().position(|&b| b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (chunk.len(), false),
+        any = true;
+        let (used, content, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, i, true),
+            None => (chunk.len(), chunk.len(), false),
         };
-        if total + used <= max + 1 {
-            buf.extend_from_slice(&chunk[..used]);
+        // Keep up to max + 1 bytes: room for a `\r` after a full line.
+        let room = (max + 1).saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..content.min(room)]);
+        if content > 0 {
+            last = Some(chunk[content - 1]);
         }
-        total += used;
+        total += content;
         input.consume(used);
         if done {
             break;
         }
     }
-    if total > max + 1 {
+    if !any {
+        return Ok(None);
+    }
+    let cr = usize::from(last == Some(b'\r'));
+    if total - cr > max {
         return Ok(Some(Err(total)));
     }
-    while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-        buf.pop();
-    }
-    Ok(Some(Ok(String::from_utf8_lossy(&buf).into_owned())))
+    buf.truncate(total - cr);
+    Ok(Some(Ok(buf)))
 }
 
 /// Apply every line of `input`, writing one answer line each to `output`.
@@ -105,7 +128,7 @@ pub fn apply_stream(
                 ),
                 false,
             ),
-            Ok(l) if l.trim().is_empty() => continue,
+            Ok(l) if l.iter().all(u8::is_ascii_whitespace) => continue,
             Ok(l) => apply_line(engine, &l),
         };
         summary.lines += 1;
@@ -129,22 +152,42 @@ pub fn apply_stream(
 mod tests {
     use super::*;
 
+    fn lines(data: &[u8], max: usize) -> Vec<Result<Vec<u8>, usize>> {
+        let mut r = std::io::BufReader::with_capacity(3, data);
+        std::iter::from_fn(|| read_bounded_line(&mut r, max).unwrap()).collect()
+    }
+
     #[test]
     fn bounded_lines() {
-        let data = b"short\n0123456789abcdef\nlast";
-        let mut r = std::io::BufReader::with_capacity(4, &data[..]);
         assert_eq!(
-            read_bounded_line(&mut r, 8).unwrap(),
-            Some(Ok("short".into()))
+            lines(b"short\n0123456789abcdef\nlast", 8),
+            vec![Ok(b"short".to_vec()), Err(16), Ok(b"last".to_vec())]
         );
-        assert!(matches!(
-            read_bounded_line(&mut r, 8).unwrap(),
-            Some(Err(_))
-        ));
-        assert_eq!(
-            read_bounded_line(&mut r, 8).unwrap(),
-            Some(Ok("last".into()))
-        );
-        assert_eq!(read_bounded_line(&mut r, 8).unwrap(), None);
+    }
+
+    #[test]
+    fn the_line_limit_counts_content_without_its_line_end() {
+        // Exactly the limit: with \n, with \r\n, and at the end of input.
+        assert_eq!(lines(b"12345678\n", 8), vec![Ok(b"12345678".to_vec())]);
+        assert_eq!(lines(b"12345678\r\n", 8), vec![Ok(b"12345678".to_vec())]);
+        assert_eq!(lines(b"12345678", 8), vec![Ok(b"12345678".to_vec())]);
+        // One byte over, however the line ends.
+        assert_eq!(lines(b"123456789\n", 8), vec![Err(9)]);
+        assert_eq!(lines(b"123456789\r\n", 8), vec![Err(10)]);
+        assert_eq!(lines(b"123456789", 8), vec![Err(9)]);
+        assert_eq!(lines(b"1234567\r9", 8), vec![Err(9)]);
+        assert_eq!(lines(b"\n\n", 8), vec![Ok(vec![]), Ok(vec![])]);
+    }
+
+    #[test]
+    fn lines_that_are_not_utf8_or_repeat_a_key_are_refused() {
+        let code = |line: &[u8]| parse_line(line).unwrap_err()["error"]["code"].clone();
+        assert_eq!(code(b"{\"op\":\"x\xc3\x28y\"}"), "malformed_json");
+        assert_eq!(code(b"{\"run\":\"r3\",\"run\":\"r4\"}"), "invalid_request");
+        assert_eq!(code(b"{\"a\":{\"b\":1,\"b\":2}}"), "invalid_request");
+        assert_eq!(code(b"[{\"b\":1,\"b\":2}]"), "invalid_request");
+        assert_eq!(code(b"{\"op\":"), "malformed_json");
+        assert!(parse_line(b"{\"a\":{\"b\":1},\"c\":{\"b\":2}}").is_ok());
+        assert!(parse_line("{\"op\":\"caf\u{e9}\"}".as_bytes()).is_ok());
     }
 }

@@ -69,6 +69,9 @@ struct ReadIn {
     op: String,
     run: String,
     name: String,
+    /// Answer `content_b64` even when the bytes are text.
+    #[serde(default)]
+    base64: bool,
 }
 
 #[derive(Deserialize)]
@@ -80,8 +83,9 @@ struct CloseIn {
     status: String,
     #[serde(default)]
     summary: String,
+    /// name → text, or `{"content_b64": "…"}` for bytes that are not text.
     #[serde(default)]
-    artifacts: BTreeMap<String, String>,
+    artifacts: BTreeMap<String, Value>,
     #[serde(default)]
     labels: Vec<String>,
 }
@@ -109,7 +113,9 @@ struct PutBlobIn {
     #[allow(dead_code)]
     op: String,
     task: String,
-    content: String,
+    /// Text content; or `content_b64` for bytes (exactly one of the two).
+    content: Option<String>,
+    content_b64: Option<String>,
     #[serde(default = "default_media_type")]
     media_type: String,
     #[serde(default = "default_ttl")]
@@ -132,7 +138,8 @@ struct SendIn {
     task: String,
     mode: crate::context::Mode,
     agent_context: Value,
-    run: Option<String>,
+    /// The master run: only it invokes agents.
+    run: String,
 }
 
 #[derive(Deserialize)]
@@ -152,6 +159,9 @@ struct GetBlobIn {
     task: String,
     agent: String,
     uri: String,
+    /// Answer `content_b64` even when the bytes are text.
+    #[serde(default)]
+    base64: bool,
 }
 
 #[derive(Deserialize)]
@@ -174,7 +184,8 @@ struct EvaluateIn {
     decision: crate::context::Outcome,
     #[serde(default)]
     reason: String,
-    run: Option<String>,
+    /// The master run: only it decides.
+    run: String,
 }
 
 #[derive(Deserialize)]
@@ -185,6 +196,83 @@ struct UpdateTaskIn {
     task: String,
     run: String,
     task_context: Value,
+}
+
+/// Content sent as text (`content`) or as base64 (`content_b64`, for bytes
+/// that are not UTF-8: images, audio): exactly one of the two.
+fn content_bytes(
+    what: &str,
+    text: Option<String>,
+    b64: Option<String>,
+) -> Result<Vec<u8>, OpError> {
+    use base64::Engine as _;
+    match (text, b64) {
+        (Some(t), None) => Ok(t.into_bytes()),
+        (None, Some(b)) => base64::engine::general_purpose::STANDARD
+            .decode(b.as_bytes())
+            .map_err(|e| OpError::BadRequest(format!("{what}: content_b64 is not base64: {e}"))),
+        (Some(_), Some(_)) => Err(OpError::BadRequest(format!(
+            "{what}: give content or content_b64, not both"
+        ))),
+        (None, None) => Err(OpError::BadRequest(format!(
+            "{what}: missing content (text) or content_b64 (base64 bytes)"
+        ))),
+    }
+}
+
+/// An artifact's content in `close_run`: a string of text, or an object
+/// with `content` or `content_b64`.
+fn artifact_bytes(name: &str, v: Value) -> Result<Vec<u8>, OpError> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Bytes {
+        content: Option<String>,
+        content_b64: Option<String>,
+    }
+    let what = format!("close_run: artifact {name:?}");
+    match v {
+        Value::String(s) => Ok(s.into_bytes()),
+        v @ Value::Object(_) => {
+            let b: Bytes = serde_json::from_value(v).map_err(|e| {
+                OpError::BadRequest(format!(
+                    "{what}: {e} (expected text, or {{\"content_b64\": \"…\"}})"
+                ))
+            })?;
+            content_bytes(&what, b.content, b.content_b64)
+        }
+        other => Err(OpError::BadRequest(format!(
+            "{what}: expected text or {{\"content_b64\": \"…\"}}, not {}",
+            json_kind(&other)
+        ))),
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Bytes in an answer: `content` when they are text (unless base64 was
+/// asked for), else `content_b64`; never a lossy rendering.
+fn put_content(answer: &mut Value, bytes: Vec<u8>, force_b64: bool) {
+    use base64::Engine as _;
+    match String::from_utf8(bytes) {
+        Ok(text) if !force_b64 => answer["content"] = json!(text),
+        Ok(text) => {
+            answer["content_b64"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(text.as_bytes()))
+        }
+        Err(e) => {
+            answer["content_b64"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(e.as_bytes()))
+        }
+    }
 }
 
 fn parse<T: serde::de::DeserializeOwned>(op: &str, v: &Value) -> Result<T, OpError> {
@@ -221,9 +309,22 @@ pub fn withheld_json(w: &Option<Withheld>) -> Value {
     }
 }
 
-pub fn artifact_json(a: &ArtifactRef) -> Value {
-    json!({"name": a.name, "ref": a.content_ref(), "digest": a.digest(), "size": a.size,
-           "source_run": a.source_run, "labels": a.labels})
+/// What a listener is started with (R8): the event and the artifacts its
+/// contract exposes, never their bytes. Every exposed artifact comes from
+/// the source run's close and carries its labels, which are listed once.
+pub fn listener_input_json(t: &Trigger) -> Value {
+    let labels = crate::rules::labels::union(
+        &t.artifacts
+            .iter()
+            .map(|a| a.labels.as_slice())
+            .collect::<Vec<_>>(),
+    );
+    json!({
+        "event": t.event, "event_id": t.event_id, "context": t.context, "source_run": t.source_run,
+        "labels": labels,
+        "artifacts": t.artifacts.iter().map(|a| json!({"name": a.name, "ref": a.content_ref(),
+            "digest": a.digest(), "size": a.size})).collect::<Vec<_>>(),
+    })
 }
 
 /// Apply one parsed line. An ok answer says under `follow_up_failed` what
@@ -240,7 +341,42 @@ pub fn apply_value(engine: &mut Engine, v: &Value) -> Result<Value, OpError> {
     })
 }
 
-fn decide_value(engine: &mut Engine, v: &Value) -> Result<Value, OpError> {
+/// One line's operation, parsed and checked for shape: everything a line
+/// can get wrong before the ledger is asked anything.
+pub struct Request(Parsed);
+
+enum Parsed {
+    Publish(PublishAgent),
+    Open(OpenIn),
+    Read(ReadIn),
+    Close(CloseRun),
+    Dispatch,
+    OpenTask(OpenTaskIn),
+    UpdateTask(UpdateTaskIn),
+    PutBlob {
+        task: String,
+        content: Vec<u8>,
+        media_type: String,
+        ttl_s: u64,
+    },
+    Send(SendIn),
+    GetContext(AgentIn),
+    GetBlob(GetBlobIn),
+    Return(ReturnIn),
+    Evaluate(EvaluateIn),
+}
+
+impl Request {
+    /// Operations that name an agent or a run another writer may have
+    /// created meanwhile (see `decide_value`).
+    fn may_name_the_unseen(&self) -> bool {
+        !matches!(self.0, Parsed::Dispatch)
+    }
+}
+
+/// Parse a line's JSON into its operation: `invalid_request` or
+/// `unknown_op` for anything of the wrong shape, naming what is wrong.
+pub fn parse_request(v: &Value) -> Result<Request, OpError> {
     let Some(obj) = v.as_object() else {
         return Err(OpError::BadRequest(
             "a line must be a JSON object with an \"op\" field".into(),
@@ -250,30 +386,16 @@ fn decide_value(engine: &mut Engine, v: &Value) -> Result<Value, OpError> {
         Some(Value::String(s)) => s.as_str(),
         Some(other) => {
             return Err(OpError::BadRequest(format!(
-                "\"op\" must be a string, not {other}"
+                "\"op\" must be a string, not {}",
+                json_kind(other)
             )))
         }
         None => return Err(OpError::BadRequest("missing field `op`".into())),
     };
-    // Another instance may have written since: decide on views at most
-    // `max_staleness` old. An entity we do not know of may be what we have
-    // not seen yet, so such a refusal is decided again on caught-up views
-    // (these refusals record nothing, so deciding twice is harmless).
-    let fresh = engine.refresh()?;
-    match apply_op(engine, op, v) {
-        Err(e) if !fresh && matches!(e.code(), "unknown_agent" | "unknown_run") => {
-            engine.catch_up(&|_| {})?;
-            apply_op(engine, op, v)
-        }
-        answer => answer,
-    }
-}
-
-fn apply_op(engine: &mut Engine, op: &str, v: &Value) -> Result<Value, OpError> {
-    match op {
+    let parsed = match op {
         "publish_agent" => {
             let r: PublishIn = parse(op, v)?;
-            let a = engine.publish_agent(PublishAgent {
+            Parsed::Publish(PublishAgent {
                 agent: r.agent,
                 scope: r.scope,
                 listens: r.listens,
@@ -288,7 +410,83 @@ fn apply_op(engine: &mut Engine, op: &str, v: &Value) -> Result<Value, OpError> 
                     .collect(),
                 access: r.access,
                 tool_budget: r.tool_budget,
+            })
+        }
+        "open_run" => Parsed::Open(parse(op, v)?),
+        "read_artifact" => Parsed::Read(parse(op, v)?),
+        "close_run" => {
+            let r: CloseIn = parse(op, v)?;
+            let status = RunStatus::parse(&r.status).ok_or_else(|| {
+                OpError::BadRequest(format!(
+                    "close_run: status {:?} is not one of succeeded, failed, cancelled",
+                    r.status.chars().take(100).collect::<String>()
+                ))
             })?;
+            let artifacts = r
+                .artifacts
+                .into_iter()
+                .map(|(name, v)| Ok((name.clone(), artifact_bytes(&name, v)?)))
+                .collect::<Result<_, OpError>>()?;
+            Parsed::Close(CloseRun {
+                run: r.run,
+                status,
+                summary: r.summary,
+                artifacts,
+                labels: r.labels,
+            })
+        }
+        "dispatch" => {
+            let _: DispatchIn = parse(op, v)?;
+            Parsed::Dispatch
+        }
+        "open_task" => Parsed::OpenTask(parse(op, v)?),
+        "update_task" => Parsed::UpdateTask(parse(op, v)?),
+        "put_blob" => {
+            let r: PutBlobIn = parse(op, v)?;
+            Parsed::PutBlob {
+                content: content_bytes("put_blob", r.content, r.content_b64)?,
+                task: r.task,
+                media_type: r.media_type,
+                ttl_s: r.ttl_s,
+            }
+        }
+        "send_context" => Parsed::Send(parse(op, v)?),
+        "get_context" => Parsed::GetContext(parse(op, v)?),
+        "get_blob" => Parsed::GetBlob(parse(op, v)?),
+        "return_context" => Parsed::Return(parse(op, v)?),
+        "evaluate" => Parsed::Evaluate(parse(op, v)?),
+        other => {
+            return Err(OpError::UnknownOp(other.chars().take(100).collect()));
+        }
+    };
+    Ok(Request(parsed))
+}
+
+fn decide_value(engine: &mut Engine, v: &Value) -> Result<Value, OpError> {
+    let request = parse_request(v)?;
+    // Another instance may have written since: decide on views at most
+    // `max_staleness` old. An entity we do not know of may be what we have
+    // not seen yet, so such a refusal is decided again on caught-up views
+    // (these refusals record nothing, so deciding twice is harmless).
+    let fresh = engine.refresh()?;
+    match apply_request(engine, &request) {
+        Err(e)
+            if !fresh
+                && request.may_name_the_unseen()
+                && matches!(e.code(), "unknown_agent" | "unknown_run") =>
+        {
+            engine.catch_up(&|_| {})?;
+            apply_request(engine, &request)
+        }
+        answer => answer,
+    }
+}
+
+/// Apply a parsed operation and answer it.
+pub fn apply_request(engine: &mut Engine, request: &Request) -> Result<Value, OpError> {
+    match &request.0 {
+        Parsed::Publish(req) => {
+            let a = engine.publish_agent(req.clone())?;
             let mut out = json!({"ok": true, "agent": a.agent, "version": a.version});
             let lc = loop_check_json(&a.loop_check);
             for k in ["warnings", "may_be_more", "checked_in_full"] {
@@ -299,99 +497,85 @@ fn apply_op(engine: &mut Engine, op: &str, v: &Value) -> Result<Value, OpError> 
             }
             Ok(out)
         }
-        "open_run" => {
-            let r: OpenIn = parse(op, v)?;
+        Parsed::Open(r) => {
             let a = engine.open_run(&r.run, &r.agent, r.legacy_trigger.as_deref())?;
             Ok(
                 json!({"ok": true, "run": a.run, "root": a.root, "hop": a.hop, "version": a.version}),
             )
         }
-        "read_artifact" => {
-            let r: ReadIn = parse(op, v)?;
+        Parsed::Read(r) => {
             let a = engine.read_artifact(&r.run, &r.name)?;
-            Ok(
-                json!({"ok": true, "content": a.content, "digest": a.artifact.digest(),
-                      "labels": a.artifact.labels, "source_run": a.artifact.source_run}),
-            )
+            let mut out = json!({"ok": true, "digest": a.artifact.digest(),
+                      "labels": a.artifact.labels, "source_run": a.artifact.source_run});
+            put_content(&mut out, a.content, r.base64);
+            Ok(out)
         }
-        "close_run" => {
-            let r: CloseIn = parse(op, v)?;
-            let status = RunStatus::parse(&r.status).ok_or_else(|| {
-                OpError::BadRequest(format!(
-                    "close_run: status {:?} is not one of succeeded, failed, cancelled",
-                    r.status
-                ))
-            })?;
-            let a = engine.close_run(CloseRun {
-                run: r.run,
-                status,
-                summary: r.summary,
-                artifacts: r.artifacts,
-                labels: r.labels,
-            })?;
+        Parsed::Close(req) => {
+            let a = engine.close_run(req.clone())?;
+            // Every artifact carries the run's labels: said once.
             Ok(
                 json!({"ok": true, "run": a.run, "withheld": withheld_json(&a.withheld),
-                      "artifacts": a.artifacts.iter().map(artifact_json).collect::<Vec<_>>()}),
+                      "labels": a.labels,
+                      "artifacts": a.artifacts.iter().map(|x| json!({"name": x.name,
+                          "ref": x.content_ref(), "digest": x.digest(), "size": x.size}))
+                          .collect::<Vec<_>>()}),
             )
         }
-        "dispatch" => {
-            let _: DispatchIn = parse(op, v)?;
+        Parsed::Dispatch => {
             let a = engine.dispatch()?;
             Ok(json!({
                 "ok": true,
                 "opened": a.opened.iter().map(|o| json!({"run": o.run, "agent": o.agent, "root": o.root,
-                    "hop": o.hop, "event": o.event, "event_id": o.event_id, "source_run": o.source_run})).collect::<Vec<_>>(),
+                    "hop": o.hop, "event": o.event, "event_id": o.event_id, "source_run": o.source_run,
+                    "input": listener_input_json(&o.input)})).collect::<Vec<_>>(),
                 "refused": a.refused.iter().map(|r| json!({"agent": r.agent, "event": r.event,
                     "source_run": r.source_run, "reason": r.reason.code()})).collect::<Vec<_>>(),
                 "withheld": a.withheld.iter().map(|w| json!({"run": w.run, "root": w.root, "hop": w.hop,
                     "reason": w.reason, "events": w.events})).collect::<Vec<_>>(),
             }))
         }
-        "open_task" => {
-            let r: OpenTaskIn = parse(op, v)?;
+        Parsed::OpenTask(r) => {
             engine.open_task(&r.task, &r.run, &r.task_context)?;
             Ok(json!({"ok": true, "task": r.task, "master_run": r.run}))
         }
-        "update_task" => {
-            let r: UpdateTaskIn = parse(op, v)?;
+        Parsed::UpdateTask(r) => {
             engine.update_task(&r.task, &r.run, &r.task_context)?;
             Ok(json!({"ok": true, "task": r.task}))
         }
-        "put_blob" => {
-            let r: PutBlobIn = parse(op, v)?;
-            let (uri, digest, size) =
-                engine.put_blob(&r.task, r.content.as_bytes(), &r.media_type, r.ttl_s)?;
+        Parsed::PutBlob {
+            task,
+            content,
+            media_type,
+            ttl_s,
+        } => {
+            let (uri, digest, size) = engine.put_blob(task, content, media_type, *ttl_s)?;
             Ok(json!({"ok": true, "uri": uri, "digest": digest, "size": size}))
         }
-        "send_context" => {
-            let r: SendIn = parse(op, v)?;
-            let a = engine.send_context(&r.task, r.run.as_deref(), r.mode, &r.agent_context)?;
+        Parsed::Send(r) => {
+            let a = engine.send_context(&r.task, &r.run, r.mode, &r.agent_context)?;
             Ok(json!({"ok": true, "subtask": a.subtask, "agent": a.agent,
                       "inline_bytes": a.accounting.inline_bytes, "referenced_bytes": a.accounting.referenced_bytes,
                       "est_tokens_saved": a.accounting.est_tokens_saved}))
         }
-        "get_context" => {
-            let r: AgentIn = parse(op, v)?;
+        Parsed::GetContext(r) => {
             let (subtask, ctx) = engine.get_context(&r.task, &r.agent)?;
             Ok(json!({"ok": true, "subtask": subtask, "agent_context": ctx}))
         }
-        "get_blob" => {
-            let r: GetBlobIn = parse(op, v)?;
+        Parsed::GetBlob(r) => {
             let (bytes, digest) = engine.get_blob(&r.task, &r.agent, &r.uri)?;
-            Ok(json!({"ok": true, "content": String::from_utf8_lossy(&bytes), "digest": digest}))
+            let mut out = json!({"ok": true, "digest": digest});
+            put_content(&mut out, bytes, r.base64);
+            Ok(out)
         }
-        "return_context" => {
-            let r: ReturnIn = parse(op, v)?;
+        Parsed::Return(r) => {
             let (subtask, layer1) = engine.return_context(&r.task, &r.agent, &r.agent_context)?;
             Ok(
                 json!({"ok": true, "subtask": subtask, "layer1": {"passed": layer1.passed, "reasons": layer1.reasons}}),
             )
         }
-        "evaluate" => {
-            let r: EvaluateIn = parse(op, v)?;
-            engine.evaluate(&r.task, r.run.as_deref(), &r.subtask, r.decision, &r.reason)?;
+        Parsed::Evaluate(r) => {
+            engine.evaluate(&r.task, &r.run, &r.subtask, r.decision, &r.reason)?;
             Ok(json!({"ok": true, "task": r.task, "subtask": r.subtask, "decision": r.decision}))
         }
-        other => Err(OpError::UnknownOp(other.to_string())),
     }
 }

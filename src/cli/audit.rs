@@ -8,37 +8,35 @@ use serde_json::json;
 
 /// Print a verify report; `torn` are torn tails found and left in place (a
 /// crash's leftovers, or evidence: they are shown either way).
-fn print_report(cli: &Cli, report: &VerifyReport, torn: &[String], subject: &str) -> i32 {
+fn print_report(cli: &Cli, report: &VerifyReport, torn: &[String], subject: &str) -> Result<i32> {
     if cli.json {
-        println!(
+        outln!(
             "{}",
             json!({"ok": report.clean(), "records": report.records, "checkpoints": report.checkpoints,
                    "covered": report.covered, "first_mismatch": report.first(), "mismatches": report.mismatches,
                    "torn_tails": torn})
         );
     } else {
-        println!(
+        outln!(
             "{subject}: {} records, {} checkpoints, {} records attested by a checkpoint",
-            report.records, report.checkpoints, report.covered
+            report.records,
+            report.checkpoints,
+            report.covered
         );
         for t in torn {
-            println!("{t}");
+            outln!("{t}");
         }
         match report.first() {
-            None => println!("clean: every digest and chain head matches"),
+            None => outln!("clean: every digest and chain head matches"),
             Some(m) => {
-                println!("MISMATCH at {m}");
+                outln!("MISMATCH at {m}");
                 for other in report.mismatches.iter().skip(1) {
-                    println!("  also: {other}");
+                    outln!("  also: {other}");
                 }
             }
         }
     }
-    if report.clean() {
-        0
-    } else {
-        1
-    }
+    Ok(if report.clean() { 0 } else { 1 })
 }
 
 /// `verify`: 0 clean, 1 mismatch, 2 unable to read.
@@ -48,12 +46,7 @@ pub fn verify(cli: &Cli, export: Option<&std::path::Path>) -> Result<i32> {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let report =
             verify_export(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        return Ok(print_report(
-            cli,
-            &report,
-            &[],
-            &format!("export {}", path.display()),
-        ));
+        return print_report(cli, &report, &[], &format!("export {}", path.display()));
     }
     let (_lock, log) = super::open_log_read_only(cli)?;
     let total = agentledger::rebuild::projected_records(log.as_ref())?;
@@ -61,7 +54,7 @@ pub fn verify(cli: &Cli, export: Option<&std::path::Path>) -> Result<i32> {
     let report = audit::verify::verify_log(log.as_ref(), &|n| bar.inc(n))?;
     bar.finish_and_clear();
     let torn = log.torn_tails();
-    Ok(print_report(cli, &report, &torn, &log.describe()))
+    print_report(cli, &report, &torn, &log.describe())
 }
 
 pub fn checkpoint(cli: &Cli) -> Result<i32> {
@@ -69,19 +62,23 @@ pub fn checkpoint(cli: &Cli) -> Result<i32> {
     let written = engine.checkpoint(true)?;
     for cp in &written {
         if cli.json {
-            println!(
+            outln!(
                 "{}",
                 json!({"topic": cp.topic, "partition": cp.partition, "from": cp.from, "to": cp.to, "head": cp.head})
             );
         } else {
-            println!(
+            outln!(
                 "{}/{} [{}, {}) head {}",
-                cp.topic, cp.partition, cp.from, cp.to, cp.head
+                cp.topic,
+                cp.partition,
+                cp.from,
+                cp.to,
+                cp.head
             );
         }
     }
     if written.is_empty() && !cli.json {
-        println!("every record is already attested by a checkpoint");
+        outln!("every record is already attested by a checkpoint");
     }
     Ok(0)
 }
@@ -133,7 +130,7 @@ pub fn export(
     )?;
     sink.flush()?;
     if out.is_some() && !cli.json {
-        println!("exported {records} records with {cps} covering checkpoints");
+        outln!("exported {records} records with {cps} covering checkpoints");
     }
     Ok(0)
 }

@@ -37,8 +37,8 @@ impl Demo {
 
     fn show(&mut self, v: Value, expect_ok: bool) -> Result<Value> {
         let a = self.op(v.clone(), expect_ok)?;
-        println!("  > {v}");
-        println!("  < {a}");
+        outln!("  > {v}");
+        outln!("  < {a}");
         Ok(a)
     }
 
@@ -46,7 +46,7 @@ impl Demo {
         for (r, s) in
             report::collect_trail(self.engine.views(), self.engine.log().as_ref(), run, true)?
         {
-            println!("    {}", report::step_line(&r, &s));
+            outln!("    {}", report::step_line(&r, &s));
         }
         Ok(())
     }
@@ -79,9 +79,9 @@ pub fn run(dir: &Path) -> Result<i32> {
         ops: 0,
         refused: 0,
     };
-    println!("agentledger demo — embedded log in {}\n", dir.display());
+    outln!("agentledger demo — embedded log in {}\n", dir.display());
 
-    println!("1. Incident triage shares context by reference");
+    outln!("1. Incident triage shares context by reference");
     d.show(json!({"op":"publish_agent","agent":"triager","scope":"acme/platform","listens":[],
         "emits":[{"event":"incident.triaged","context":"incident","artifacts":["triage_summary","suspected_cause"]}]}), true)?;
     d.show(json!({"op":"publish_agent","agent":"responder","scope":"acme/platform","listens":["incident.triaged"],"emits":[]}), true)?;
@@ -102,7 +102,7 @@ pub fn run(dir: &Path) -> Result<i32> {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    println!(
+    outln!(
         "  (billing-watch in acme/finance is not opened: the artifacts carry area:acme/platform)"
     );
     d.show(
@@ -118,7 +118,7 @@ pub fn run(dir: &Path) -> Result<i32> {
         .and_then(|r| r.trigger)
         .map(|t| t.artifacts[0].content_ref())
         .unwrap_or_default();
-    println!("  (a read by ref is refused, even with the correct ref)");
+    outln!("  (a read by ref is refused, even with the correct ref)");
     d.show(
         json!({"op":"read_artifact","run":responder,"name":summary_ref}),
         false,
@@ -129,10 +129,10 @@ pub fn run(dir: &Path) -> Result<i32> {
         true,
     )?;
     d.op(json!({"op":"dispatch"}), true)?;
-    println!("  trail of the chain started by inc-1:");
+    outln!("  trail of the chain started by inc-1:");
     d.trail("inc-1")?;
 
-    println!("\n2. A developer ⇄ reviewer loop runs into the eight-hop limit");
+    outln!("\n2. A developer ⇄ reviewer loop runs into the eight-hop limit");
     d.show(json!({"op":"publish_agent","agent":"developer","scope":"acme/platform","listens":["review.done"],
         "emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]}), true)?;
     d.show(json!({"op":"publish_agent","agent":"reviewer","scope":"acme/platform","listens":["code.ready"],
@@ -161,7 +161,7 @@ pub fn run(dir: &Path) -> Result<i32> {
             true,
         )?;
         if !close["withheld"].is_null() {
-            println!(
+            outln!(
                 "  hop {hop}: {current} closed; withheld: {}",
                 close["withheld"]
             );
@@ -172,7 +172,7 @@ pub fn run(dir: &Path) -> Result<i32> {
             .as_str()
             .unwrap_or_default()
             .to_string();
-        println!(
+        outln!(
             "  hop {hop}: {current} ({agent}) closed -> opened {next} at hop {}",
             disp["opened"][0]["hop"]
         );
@@ -186,13 +186,13 @@ pub fn run(dir: &Path) -> Result<i32> {
     if disp["opened"].as_array().is_some_and(|o| !o.is_empty()) {
         bail!("something opened beyond the hop limit");
     }
-    println!("  trail of {current} (the run at the limit):");
+    outln!("  trail of {current} (the run at the limit):");
     for (r, s) in report::collect_trail(d.engine.views(), d.engine.log().as_ref(), &current, false)?
     {
-        println!("    {}", report::step_line(&r, &s));
+        outln!("    {}", report::step_line(&r, &s));
     }
 
-    println!("\n3. An agent listening to its own event");
+    outln!("\n3. An agent listening to its own event");
     d.show(
         json!({"op":"publish_agent","agent":"echo","scope":"acme/platform","listens":["echo.said"],
         "emits":[{"event":"echo.said","context":"chat","artifacts":[]}]}),
@@ -213,24 +213,26 @@ pub fn run(dir: &Path) -> Result<i32> {
         .chain("dev-0")?
         .map(|c| (c.runs.len(), c.max_hop))
         .unwrap_or_default();
-    println!("\nSummary");
-    println!(
+    outln!("\nSummary");
+    outln!(
         "  operations applied: {} ({} refused on purpose)",
-        d.ops, d.refused
+        d.ops,
+        d.refused
     );
-    println!(
+    outln!(
         "  dev-0 chain: {} runs, deepest hop {} (limit 8), last run's events withheld",
-        chain.0, chain.1
+        chain.0,
+        chain.1
     );
-    println!("  inc-1 chain: responder read triage_summary and now carries `untrusted`; billing-watch stopped by the scope barrier");
+    outln!("  inc-1 chain: responder read triage_summary and now carries `untrusted`; billing-watch stopped by the scope barrier");
     for task in ["tour", "doctor"] {
         let st = d.engine.task_stats(task)?;
-        println!(
+        outln!(
             "  task {task}: {} subtasks; {} bytes sent inline, {} bytes left behind references (~{} tokens saved at ~4 bytes/token); {} refusals recorded",
             st.subtasks, st.inline_bytes, st.referenced_bytes, st.est_tokens_saved, st.refusals
         );
     }
-    println!(
+    outln!(
         "  explore: agentledger --data {} trail dev-0 --chain | stats tour | verify | status | rebuild",
         dir.display()
     );
@@ -289,7 +291,7 @@ fn task_context(id: &str, name: &str, query: &str, goals: &[&str]) -> Value {
 }
 
 fn context_scenarios(d: &mut Demo) -> Result<()> {
-    println!("\n4. Tour plan: independent hotel, flight and weather agents (async)");
+    outln!("\n4. Tour plan: independent hotel, flight and weather agents (async)");
     d.show(json!({"op":"publish_agent","agent":"planner","scope":"acme/travel","listens":[],"emits":[]}), true)?;
     d.op(
         json!({"op":"open_run","run":"tour-master","agent":"planner"}),
@@ -325,11 +327,11 @@ fn context_scenarios(d: &mut Demo) -> Result<()> {
     );
     for ctx in [&hotel, &flight, &weather] {
         d.show(
-            json!({"op":"send_context","task":"tour","mode":"async","agent_context":ctx}),
+            json!({"op":"send_context","task":"tour","run":"tour-master","mode":"async","agent_context":ctx}),
             true,
         )?;
     }
-    println!("  (three subtasks outstanding at once; each agent sees only its own context)");
+    outln!("  (three subtasks outstanding at once; each agent sees only its own context)");
     d.show(
         json!({"op":"get_context","task":"tour","agent":"weather"}),
         true,
@@ -340,19 +342,19 @@ fn context_scenarios(d: &mut Demo) -> Result<()> {
         true,
     )
     .map(|_| ())?;
-    println!("  (weather was never sent the profile: resolving it is refused)");
+    outln!("  (weather was never sent the profile: resolving it is refused)");
     d.show(
         json!({"op":"get_blob","task":"tour","agent":"weather","uri":uri}),
         false,
     )?;
-    println!("  (flight returning the hotel's context is refused)");
+    outln!("  (flight returning the hotel's context is refused)");
     d.show(json!({"op":"return_context","task":"tour","agent":"flight","agent_context":returned(&hotel, 2, 0.9, &["", ""])}), false)?;
     d.show(json!({"op":"return_context","task":"tour","agent":"hotel","agent_context":returned(&hotel, 2, 0.92, &["3 hotels near Alfama", "booked Casa Alfama, 3 nights"])}), true)?;
     d.show(json!({"op":"return_context","task":"tour","agent":"flight","agent_context":returned(&flight, 1, 0.6, &["TP1351 and TP1360 found", ""])}), true)?;
     d.show(json!({"op":"return_context","task":"tour","agent":"weather","agent_context":returned(&weather, 1, 0.95, &["sunny, 22°C"])}), true)?;
-    d.show(json!({"op":"evaluate","task":"tour","subtask":"s1","decision":"accepted","reason":"booking confirmed"}), true)?;
-    d.show(json!({"op":"evaluate","task":"tour","subtask":"s2","decision":"rejected","reason":"flights found but not booked"}), true)?;
-    d.show(json!({"op":"evaluate","task":"tour","subtask":"s3","decision":"accepted","reason":"forecast is enough"}), true)?;
+    d.show(json!({"op":"evaluate","task":"tour","run":"tour-master","subtask":"s1","decision":"accepted","reason":"booking confirmed"}), true)?;
+    d.show(json!({"op":"evaluate","task":"tour","run":"tour-master","subtask":"s2","decision":"rejected","reason":"flights found but not booked"}), true)?;
+    d.show(json!({"op":"evaluate","task":"tour","run":"tour-master","subtask":"s3","decision":"accepted","reason":"forecast is enough"}), true)?;
     let mut tc = task_context(
         "T-tour",
         "tour-plan",
@@ -364,10 +366,10 @@ fn context_scenarios(d: &mut Demo) -> Result<()> {
         json!({"op":"update_task","task":"tour","run":"tour-master","task_context":tc}),
         true,
     )?;
-    println!("  trail of tour-master:");
+    outln!("  trail of tour-master:");
     d.trail("tour-master")?;
 
-    println!("\n5. See a doctor: diagnosis -> prescription -> buy-medicine (sync, dependencies)");
+    outln!("\n5. See a doctor: diagnosis -> prescription -> buy-medicine (sync, dependencies)");
     d.op(
         json!({"op":"open_run","run":"doctor-master","agent":"planner"}),
         true,
@@ -400,18 +402,18 @@ fn context_scenarios(d: &mut Demo) -> Result<()> {
         &[],
         &["order from pharmacy"],
     );
-    println!("  (the master skips a dependency: prescription before diagnosis is accepted)");
+    outln!("  (the master skips a dependency: prescription before diagnosis is accepted)");
     d.show(
-        json!({"op":"send_context","task":"doctor","mode":"sync","agent_context":presc}),
+        json!({"op":"send_context","task":"doctor","run":"doctor-master","mode":"sync","agent_context":presc}),
         false,
     )?;
     d.show(
-        json!({"op":"send_context","task":"doctor","mode":"sync","agent_context":diag}),
+        json!({"op":"send_context","task":"doctor","run":"doctor-master","mode":"sync","agent_context":diag}),
         true,
     )?;
-    println!("  (sync: one outstanding subtask at a time)");
+    outln!("  (sync: one outstanding subtask at a time)");
     d.show(
-        json!({"op":"send_context","task":"doctor","mode":"sync","agent_context":buy}),
+        json!({"op":"send_context","task":"doctor","run":"doctor-master","mode":"sync","agent_context":buy}),
         false,
     )?;
     d.op(
@@ -419,12 +421,12 @@ fn context_scenarios(d: &mut Demo) -> Result<()> {
         true,
     )?;
     d.show(json!({"op":"return_context","task":"doctor","agent":"diagnosis","agent_context":returned(&diag, 2, 0.88, &["dry cough, no fever", "likely post-viral cough"])}), true)?;
-    d.op(json!({"op":"evaluate","task":"doctor","subtask":"s1","decision":"accepted","reason":"plausible"}), true)?;
+    d.op(json!({"op":"evaluate","task":"doctor","run":"doctor-master","subtask":"s1","decision":"accepted","reason":"plausible"}), true)?;
     d.show(
-        json!({"op":"send_context","task":"doctor","mode":"sync","agent_context":presc}),
+        json!({"op":"send_context","task":"doctor","run":"doctor-master","mode":"sync","agent_context":presc}),
         true,
     )?;
-    println!("  (the stored notes are tampered with on disk: the digest check refuses them)");
+    outln!("  (the stored notes are tampered with on disk: the digest check refuses them)");
     let path = d.engine.store().blob_path(&symptoms)?;
     let original = std::fs::read(&path)?;
     std::fs::write(&path, b"Patient notes: prescribe antibiotics.")?;
@@ -435,25 +437,25 @@ fn context_scenarios(d: &mut Demo) -> Result<()> {
     std::fs::write(&path, original)?;
     let mut breach = returned(&presc, 1, 0.9, &["honey and rest"]);
     breach["ContextItems"] = json!([]);
-    println!("  (prescription drops a reference_only item: a compression breach fails layer one)");
+    outln!("  (prescription drops a reference_only item: a compression breach fails layer one)");
     d.show(json!({"op":"return_context","task":"doctor","agent":"prescription","agent_context":breach}), true)?;
-    d.op(json!({"op":"evaluate","task":"doctor","subtask":"s2","decision":"accepted","reason":"master overrules: advice is sound"}), true)?;
+    d.op(json!({"op":"evaluate","task":"doctor","run":"doctor-master","subtask":"s2","decision":"accepted","reason":"master overrules: advice is sound"}), true)?;
     d.op(
-        json!({"op":"send_context","task":"doctor","mode":"sync","agent_context":buy}),
+        json!({"op":"send_context","task":"doctor","run":"doctor-master","mode":"sync","agent_context":buy}),
         true,
     )?;
     let short = d.op(
         json!({"op":"put_blob","task":"doctor","content":"one-time pharmacy code 4711","ttl_s":0}),
         true,
     )?;
-    println!("  (a reference past its TTL: the bytes are gone, the digest stays in the ledger)");
+    outln!("  (a reference past its TTL: the bytes are gone, the digest stays in the ledger)");
     d.show(
         json!({"op":"get_blob","task":"doctor","agent":"doctor-master","uri":short["uri"]}),
         false,
     )?;
     d.op(json!({"op":"return_context","task":"doctor","agent":"buy-medicine","agent_context":returned(&buy, 1, 0.99, &["ordered, pickup tomorrow"])}), true)?;
-    d.op(json!({"op":"evaluate","task":"doctor","subtask":"s3","decision":"accepted","reason":"done"}), true)?;
-    println!("  trail of doctor-master:");
+    d.op(json!({"op":"evaluate","task":"doctor","run":"doctor-master","subtask":"s3","decision":"accepted","reason":"done"}), true)?;
+    outln!("  trail of doctor-master:");
     d.trail("doctor-master")?;
     Ok(())
 }

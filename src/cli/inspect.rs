@@ -29,9 +29,9 @@ pub fn trail(cli: &Cli, run: &str, chain: bool, as_of: Option<&str>) -> Result<i
     }
     for (r, s) in &steps {
         if cli.json {
-            println!("{}", report::step_json(r, s));
+            outln!("{}", report::step_json(r, s));
         } else {
-            println!("{}", report::step_line(r, s));
+            outln!("{}", report::step_line(r, s));
         }
     }
     Ok(0)
@@ -46,12 +46,12 @@ pub fn chain(cli: &Cli, run: &str) -> Result<i32> {
     };
     let Some(root) = state.root.clone() else {
         if cli.json {
-            println!(
+            outln!(
                 "{}",
                 json!({"run": run, "root": null, "hop": null, "runs": [run]})
             );
         } else {
-            println!("{run}: chain unknown (opened without a recorded chain position)");
+            outln!("{run}: chain unknown (opened without a recorded chain position)");
         }
         return Ok(0);
     };
@@ -64,7 +64,7 @@ pub fn chain(cli: &Cli, run: &str) -> Result<i32> {
         }
     }
     if cli.json {
-        println!(
+        outln!(
             "{}",
             json!({"root": root, "runs": rows.iter().map(|s| json!({
                 "run": s.run, "agent": s.agent, "version": s.version, "hop": s.hop,
@@ -73,7 +73,7 @@ pub fn chain(cli: &Cli, run: &str) -> Result<i32> {
                 "withheld": ops_json::withheld_json(&s.withheld)})).collect::<Vec<_>>()})
         );
     } else {
-        println!("chain of {root}:");
+        outln!("chain of {root}:");
         for s in rows {
             let status = s.status.map(|x| x.as_str()).unwrap_or("open");
             let from = s
@@ -86,7 +86,7 @@ pub fn chain(cli: &Cli, run: &str) -> Result<i32> {
             } else {
                 ""
             };
-            println!(
+            outln!(
                 "  hop {:<2} {:<22} {:<12} {status}{from}{w}",
                 s.hop.unwrap_or(0),
                 s.run,
@@ -111,9 +111,9 @@ pub fn agent(cli: &Cli, name: &str) -> Result<i32> {
                 "access": v.access, "tool_budget": v.tool_budget});
             let lc = ops_json::loop_check_json(&v.loop_check);
             o["loop_check"] = lc;
-            println!("{o}");
+            outln!("{o}");
         } else {
-            println!(
+            outln!(
                 "{} v{} ({}) listens [{}] emits [{}]",
                 v.agent,
                 v.version,
@@ -126,7 +126,7 @@ pub fn agent(cli: &Cli, name: &str) -> Result<i32> {
                     .join(", ")
             );
             for w in &v.loop_check.warnings {
-                println!(
+                outln!(
                     "  loop: {}{}",
                     w.text,
                     w.note
@@ -136,10 +136,10 @@ pub fn agent(cli: &Cli, name: &str) -> Result<i32> {
                 );
             }
             if v.loop_check.may_be_more {
-                println!("  there may be more loops than listed");
+                outln!("  there may be more loops than listed");
             }
             if let Some(t) = &v.loop_check.text {
-                println!("  {t}");
+                outln!("  {t}");
             }
         }
     }
@@ -185,7 +185,7 @@ pub fn status(cli: &Cli) -> Result<i32> {
     let sizes = views.sizes()?;
     let lag = |r: &Row| r.projected.map(|x| r.end - x.min(r.end));
     if cli.json {
-        println!(
+        outln!(
             "{}",
             json!({"log": log.describe(),
                 "partitions": rows.iter().map(|r| json!({"topic": r.topic.name(), "partition": r.partition,
@@ -194,14 +194,20 @@ pub fn status(cli: &Cli) -> Result<i32> {
                 "views": sizes.iter().map(|(n, c)| (n.to_string(), json!(c))).collect::<serde_json::Map<_, _>>()})
         );
     } else {
-        println!("{}", log.describe());
-        println!(
+        outln!("{}", log.describe());
+        outln!(
             "{:<12} {:>4} {:>10} {:>10} {:>6} {:>10} {:>10}",
-            "topic", "part", "end", "projected", "lag", "dispatch@", "attested"
+            "topic",
+            "part",
+            "end",
+            "projected",
+            "lag",
+            "dispatch@",
+            "attested"
         );
         let f = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
         for r in &rows {
-            println!(
+            outln!(
                 "{:<12} {:>4} {:>10} {:>10} {:>6} {:>10} {:>10}",
                 r.topic.name(),
                 r.partition,
@@ -212,7 +218,7 @@ pub fn status(cli: &Cli) -> Result<i32> {
                 f(r.attested)
             );
         }
-        println!(
+        outln!(
             "views: {}",
             sizes
                 .iter()
@@ -236,24 +242,24 @@ pub fn stats(cli: &Cli, task: &str) -> Result<i32> {
     };
     let per_token = agentledger::context::BYTES_PER_TOKEN;
     if cli.json {
-        println!(
+        outln!(
             "{}",
             json!({"task": task, "subtasks": st.subtasks, "inline_bytes": st.inline_bytes,
                    "referenced_bytes": st.referenced_bytes, "est_tokens_saved": st.est_tokens_saved,
                    "bytes_per_token": per_token, "refusals": st.refusals})
         );
     } else {
-        println!("task {task}: {} subtasks", st.subtasks);
-        println!("  sent inline:            {:>10} bytes", st.inline_bytes);
-        println!(
+        outln!("task {task}: {} subtasks", st.subtasks);
+        outln!("  sent inline:            {:>10} bytes", st.inline_bytes);
+        outln!(
             "  left behind references: {:>10} bytes",
             st.referenced_bytes
         );
-        println!(
+        outln!(
             "  estimated tokens saved: {:>10} (at ~{per_token} bytes per token, a common rule of thumb for English text)",
             st.est_tokens_saved
         );
-        println!("  refusals recorded:      {:>10}", st.refusals);
+        outln!("  refusals recorded:      {:>10}", st.refusals);
     }
     Ok(0)
 }

@@ -1,5 +1,14 @@
 //! Command-line interface: global options, one file per command family.
 
+/// `println!` that returns the write's error instead of panicking: a reader
+/// that went away (`trail --json | head`) ends the command quietly.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
 mod audit;
 mod demo;
 mod inspect;
@@ -307,6 +316,8 @@ pub fn open_log_read_only(cli: &Cli) -> Result<(Option<std::fs::File>, Box<dyn L
 }
 
 fn dispatch(cli: Cli) -> Result<i32> {
+    agentledger::model::ids::check_topic_prefix(&cli.topic_prefix)
+        .map_err(|e| anyhow::anyhow!("--topic-prefix: {e}"))?;
     match &cli.command {
         Command::Apply {
             file,
@@ -390,13 +401,13 @@ fn gc(cli: &Cli, grace_secs: u64) -> Result<i32> {
     let r = engine.sweep_content(std::time::Duration::from_secs(grace_secs))?;
     engine.flush()?;
     if cli.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"ok": true, "examined": r.examined, "kept": r.kept,
                 "in_grace": r.in_grace, "removed": r.removed, "removed_bytes": r.removed_bytes})
         );
     } else {
-        println!(
+        outln!(
             "content store: {} blobs, {} held by live references, {} unreferenced but newer than {grace_secs}s; removed {} ({} bytes)",
             r.examined, r.kept, r.in_grace, r.removed, r.removed_bytes
         );
@@ -421,25 +432,25 @@ fn rebuild(cli: &Cli) -> Result<i32> {
     let secs = started.elapsed().as_secs_f64();
     let same = report.previous_digest.as_ref().map(|d| d == &report.digest);
     if cli.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"ok": true, "records": report.records, "seconds": secs,
                 "digest": report.digest, "previous_digest": report.previous_digest, "identical": same})
         );
     } else {
-        println!(
+        outln!(
             "rebuilt views from {} records in {:.2}s ({:.0} records/s)",
             report.records,
             secs,
             report.records as f64 / secs.max(1e-9)
         );
-        println!("views digest  {}", report.digest);
+        outln!("views digest  {}", report.digest);
         match (&report.previous_digest, same) {
-            (Some(d), Some(true)) => println!("live digest   {d} (identical)"),
-            (Some(d), _) => println!(
+            (Some(d), Some(true)) => outln!("live digest   {d} (identical)"),
+            (Some(d), _) => outln!(
                 "live digest   {d} (DIFFERENT: the live views had drifted and were replaced)"
             ),
-            (None, _) => println!("live digest   (no readable live views to compare)"),
+            (None, _) => outln!("live digest   (no readable live views to compare)"),
         }
     }
     Ok(0)

@@ -118,6 +118,21 @@ pub enum ContextError {
     AlreadyEvaluated { subtask: String },
     #[error("subtask {subtask} has not been returned yet")]
     NotReturned { subtask: String },
+    /// An id the caller chose is not a valid name.
+    #[error("{what} {name:?} is not a valid name (letters, digits, - _ . :; 1 to 128)")]
+    InvalidName { what: &'static str, name: String },
+    /// The task's master run is closed: the task takes no more operations.
+    #[error("run {run:?} is closed; the task's operations ended with it")]
+    RunClosed { run: String },
+    /// R15: a reference's MediaType is not the media type its content was
+    /// stored with.
+    #[error("{uri} (at {at}) is referenced as {referenced:?} but was stored as {stored:?}")]
+    MediaTypeMismatch {
+        uri: String,
+        at: String,
+        referenced: String,
+        stored: String,
+    },
 }
 
 impl ContextError {
@@ -142,6 +157,9 @@ impl ContextError {
             ContextError::BlobMissing { .. } => "blob_missing",
             ContextError::AlreadyEvaluated { .. } => "already_evaluated",
             ContextError::NotReturned { .. } => "not_returned",
+            ContextError::RunClosed { .. } => "run_closed",
+            ContextError::InvalidName { .. } => "invalid_name",
+            ContextError::MediaTypeMismatch { .. } => "media_type_mismatch",
         }
     }
 

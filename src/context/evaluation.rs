@@ -21,12 +21,42 @@ pub struct Layer1 {
     pub reasons: Vec<String>,
 }
 
-/// Compute layer one: every sent todo item has ItemStateUpdates state 1,
-/// every Required criterion has a passing CriterionResults entry
-/// ([`super::types::is_passing_status`]), `Confidence >= ConfidenceThreshold`,
-/// and the compression rules (R14) were kept.
-pub fn layer_one(sent: &AgentContext, returned: &AgentContext) -> Layer1 {
+/// Whether a ContextURI cited as evidence or trace resolves: `None` when it
+/// does (the content was put in the task, is live, and its bytes match the
+/// digest), else why not. The engine answers it from the ledger and the
+/// content store.
+pub type Resolve<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// The ContextURIs (`cas://…`) among a result's EvidenceRefs and TraceRefs,
+/// in order, each once. Other refs (free text, other schemes) are not
+/// ContextURIs and are not checked.
+pub fn cited_context_uris(result: &super::types::EvaluationResult) -> Vec<&str> {
+    let mut seen = BTreeSet::new();
+    result
+        .criterion_results
+        .iter()
+        .flat_map(|c| {
+            c.evidence_refs
+                .iter()
+                .flatten()
+                .chain(c.trace_refs.iter().flatten())
+        })
+        .map(String::as_str)
+        .filter(|r| r.starts_with("cas://"))
+        .filter(|r| seen.insert(*r))
+        .collect()
+}
+
+/// Compute layer one: every sent todo item has ItemStateUpdates state 1 and,
+/// once completed, a KeyInformation entry with an output abstract; the
+/// EvaluationResult's own Status is a pass
+/// ([`super::types::is_passing_status`]) and it gives no FailureReason;
+/// every Required criterion has a passing CriterionResults entry;
+/// `Confidence >= ConfidenceThreshold`; every ContextURI cited as evidence
+/// or trace resolves (`resolve`); and the compression rules (R14) were kept.
+pub fn layer_one(sent: &AgentContext, returned: &AgentContext, resolve: Resolve<'_>) -> Layer1 {
     let mut reasons = Vec::new();
+    let key_info = returned.key_information.as_deref().unwrap_or(&[]);
 
     let updates = returned.item_state_updates.as_deref().unwrap_or(&[]);
     let mut seen = BTreeSet::new();
@@ -52,6 +82,15 @@ pub fn layer_one(sent: &AgentContext, returned: &AgentContext) -> Layer1 {
                 "todo item {:?} is not completed (state 0)",
                 todo.item_id
             ));
+        } else if !key_info
+            .iter()
+            .any(|k| k.item_id == todo.item_id && !k.outputabstract.trim().is_empty())
+        {
+            // The master validates a completed item by its abstract.
+            reasons.push(format!(
+                "todo item {:?} is completed but has no KeyInformation output abstract",
+                todo.item_id
+            ));
         }
     }
 
@@ -62,6 +101,22 @@ pub fn layer_one(sent: &AgentContext, returned: &AgentContext) -> Layer1 {
                 .to_owned(),
         ),
         Some(result) => {
+            if !super::types::is_passing_status(&result.status) {
+                reasons.push(format!(
+                    "the EvaluationResult's Status is {:?}, not a pass",
+                    result.status
+                ));
+            }
+            if let Some(why) = result.failure_reason.as_deref().filter(|r| !r.trim().is_empty())
+            {
+                let why: String = why.chars().take(300).collect();
+                reasons.push(format!("the EvaluationResult gives a FailureReason: {why:?}"));
+            }
+            for uri in cited_context_uris(result) {
+                if let Some(why) = resolve(uri) {
+                    reasons.push(format!("cited {uri} does not resolve: {why}"));
+                }
+            }
             let mut seen = BTreeSet::new();
             for criterion in policy.success_criteria.iter().filter(|c| c.required) {
                 if !seen.insert(criterion.criterion_id.as_str()) {

@@ -41,10 +41,10 @@ pub type UnixMillis = u64;
 pub use accounting::{account, ContextAccounting, BYTES_PER_TOKEN};
 pub use compression::{check_compression, parse_field_path, PathSegment};
 pub use error::{ContextError, ContextKind, Violation};
-pub use evaluation::{layer_one, Layer1};
+pub use evaluation::{cited_context_uris, layer_one, Layer1, Resolve};
 pub use rules::{
     decide_blob_read, decide_evaluate, decide_open, decide_put_blob, decide_return, decide_send,
-    decide_update_task, get_context,
+    decide_update_task, get_context, require_open_master,
 };
 pub use schema::{
     validate_agent_context, validate_task_context, AGENT_CONTEXT_SCHEMA, TASK_CONTEXT_SCHEMA,

@@ -12,12 +12,95 @@ use serde_json::Value;
 
 use super::compression::parse_field_path;
 use super::error::{ContextError, ContextKind};
-use super::evaluation::layer_one;
+use super::evaluation::{layer_one, Resolve};
 use super::schema::{validate_agent_context, validate_task_context};
 use super::state::{ContextEvent, Decision, Mode, Outcome, Subtask, TaskState};
 use super::types::AgentContext;
 use super::uri::{check_blob_read, parse_context_uri, ContextUri};
 use super::UnixMillis;
+
+/// A task whose master run is closed takes no more operations
+/// (`run_closed`); `master_open` says whether it is still open.
+pub fn require_open_master(state: &TaskState, master_open: bool) -> Result<(), ContextError> {
+    if master_open {
+        Ok(())
+    } else {
+        Err(ContextError::RunClosed {
+            run: state.master_run.clone(),
+        })
+    }
+}
+
+/// Only the master run invokes agents and decides on their results (R11):
+/// `run` is the caller's claim to be it.
+fn require_master(state: &TaskState, run: &str) -> Result<(), ContextError> {
+    if run == state.master_run {
+        Ok(())
+    } else {
+        Err(ContextError::NotMaster {
+            run: run.to_owned(),
+            master: state.master_run.clone(),
+        })
+    }
+}
+
+/// When the references of a context are checked.
+#[derive(Clone, Copy)]
+enum Checked {
+    /// The master sends it: every reference is live and says the media
+    /// type its content was stored as (the agent could use it otherwise).
+    AtSend(UnixMillis),
+    /// The agent returns it: every reference names content of the task; a
+    /// changed MediaType is the compression rules' to judge (R14), and a
+    /// reference past its TTL may come back, it was live when sent.
+    AtReturn,
+}
+
+/// R15: every ContextURI of a context names content put in this task.
+fn check_references(
+    state: &TaskState,
+    ctx: &AgentContext,
+    when: Checked,
+) -> Result<(), ContextError> {
+    for (i, item) in ctx.context_items.iter().enumerate() {
+        let at = format!("/ContextItems/{i}/ContextURI");
+        let meta = state
+            .blobs
+            .get(&item.context_uri)
+            .ok_or_else(|| ContextError::UnknownBlob {
+                uri: format!("{} (at {at})", item.context_uri),
+            })?;
+        let Checked::AtSend(now) = when else {
+            continue;
+        };
+        if now >= meta.expires_at {
+            return Err(ContextError::Expired {
+                uri: format!("{} (at {at})", item.context_uri),
+                expired_at: meta.expires_at,
+            });
+        }
+        if media_essence(&item.media_type) != media_essence(&meta.media_type) {
+            return Err(ContextError::MediaTypeMismatch {
+                uri: item.context_uri.clone(),
+                at: format!("/ContextItems/{i}/MediaType"),
+                referenced: item.media_type.chars().take(100).collect(),
+                stored: meta.media_type.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `type/subtype` of a media type, lowercased, without parameters:
+/// `Text/Plain; charset=utf-8` is `text/plain`.
+fn media_essence(media_type: &str) -> String {
+    media_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
 
 /// Open a task for `master_run` with its TaskContext (validated).
 /// `existing` is the state already recorded under `task`, if any: a task is
@@ -52,12 +135,7 @@ pub fn decide_update_task(
     task_context: &Value,
     now: UnixMillis,
 ) -> Result<ContextEvent, ContextError> {
-    if run != state.master_run {
-        return Err(ContextError::NotMaster {
-            run: run.to_owned(),
-            master: state.master_run.clone(),
-        });
-    }
+    require_master(state, run)?;
     let task_context = validate_task_context(task_context)?;
     if task_context.task_id != state.task_context.task_id {
         return Err(ContextError::invalid(
@@ -126,19 +204,24 @@ fn dependency_status(state: &TaskState, dep: &str) -> Result<(), String> {
     }
 }
 
-/// R11/R12: deliver one agent's AgentContext as a new subtask.
+/// R11/R12: the master run `run` delivers one agent's AgentContext as a
+/// new subtask.
 ///
-/// Refusals, in order: `invalid_context` (schema; empty AgentName; duplicate
-/// ContextID; unreadable MustPreserveFields path), `bad_uri`,
-/// `subtask_outstanding` (sync: anything outstanding; async: a sync subtask
-/// outstanding), `duplicate_subtask` (SubTaskID already outstanding),
-/// `dependency_pending` (in both modes).
+/// Refusals, in order: `not_master`, `invalid_context` (schema; empty
+/// AgentName; duplicate ContextID; unreadable MustPreserveFields path),
+/// `bad_uri`, `unknown_blob` / `expired` / `media_type_mismatch` (R15: a
+/// reference to content not put in this task, past its TTL, or stored as
+/// another media type), `subtask_outstanding` (sync: anything outstanding;
+/// async: a sync subtask outstanding), `duplicate_subtask` (SubTaskID
+/// already outstanding), `dependency_pending` (in both modes).
 pub fn decide_send(
     state: &TaskState,
+    run: &str,
     mode: Mode,
     agent_context: &Value,
     now: UnixMillis,
 ) -> Result<ContextEvent, ContextError> {
+    require_master(state, run)?;
     let ctx = validate_agent_context(agent_context)?;
     // The schema admits "" (the draft's placeholders), but a subtask must be
     // bound to an agent for isolation to mean anything.
@@ -150,6 +233,7 @@ pub fn decide_send(
         ));
     }
     check_items(&ctx)?;
+    check_references(state, &ctx, Checked::AtSend(now))?;
     if let Some(policy) = &ctx.compression_policy {
         for (i, path) in policy.must_preserve_fields.iter().enumerate() {
             parse_field_path(path).map_err(|e| {
@@ -224,11 +308,14 @@ pub fn get_context<'a>(
 /// names another AgentName, the agent has nothing outstanding, the SubTaskID
 /// is not one of the agent's subtasks, or the AgentID differs from the one
 /// sent); `already_returned`; `bad_uri` (and `invalid_context` for duplicate
-/// ContextIDs).
+/// ContextIDs); `unknown_blob` for a ContextItem naming content not put in
+/// the task. `resolve` answers for the ContextURIs the
+/// EvaluationResult cites (see [`layer_one`]).
 pub fn decide_return(
     state: &TaskState,
     agent: &str,
     agent_context: &Value,
+    resolve: Resolve<'_>,
     now: UnixMillis,
 ) -> Result<ContextEvent, ContextError> {
     let ctx = validate_agent_context(agent_context)?;
@@ -271,7 +358,8 @@ pub fn decide_return(
         )));
     }
     check_items(&ctx)?;
-    let layer1 = layer_one(&subtask.sent, &ctx);
+    check_references(state, &ctx, Checked::AtReturn)?;
+    let layer1 = layer_one(&subtask.sent, &ctx, resolve);
     Ok(ContextEvent::ContextReturned {
         task: state.task.clone(),
         subtask: subtask.id.clone(),
@@ -287,11 +375,13 @@ pub fn decide_return(
 /// master — and both layers stay in the trail.
 pub fn decide_evaluate(
     state: &TaskState,
+    run: &str,
     subtask: &str,
     outcome: Outcome,
     reason: &str,
     now: UnixMillis,
 ) -> Result<ContextEvent, ContextError> {
+    require_master(state, run)?;
     let s = state
         .subtask(subtask)
         .ok_or_else(|| ContextError::UnknownSubtask {

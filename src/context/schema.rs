@@ -84,7 +84,21 @@ pub(crate) fn violations_of(validator: &jsonschema::Validator, value: &Value) ->
         .collect()
 }
 
+/// The object itself, also when written as the draft's figures write it:
+/// wrapped in a one-member object named after its kind
+/// (`{"TaskContext": {…}}`).
+fn unwrap_figure(kind: ContextKind, value: &Value) -> &Value {
+    match value.as_object() {
+        Some(o) if o.len() == 1 => match o.get(&kind.to_string()) {
+            Some(inner) if inner.is_object() => inner,
+            _ => value,
+        },
+        _ => value,
+    }
+}
+
 fn validate_as<T: DeserializeOwned>(kind: ContextKind, value: &Value) -> Result<T, ContextError> {
+    let value = unwrap_figure(kind, value);
     let violations = violations_of(validator(kind)?, value);
     if !violations.is_empty() {
         return Err(ContextError::InvalidContext { kind, violations });

@@ -77,6 +77,11 @@ fn task_context(task_id: &str) -> Value {
     })
 }
 
+/// Every cited ContextURI resolves.
+fn resolves(_: &str) -> Option<String> {
+    None
+}
+
 fn uri_of(content: &str) -> String {
     ContextUri::for_content(content.as_bytes()).to_string()
 }
@@ -142,7 +147,9 @@ fn returned(sent: &Value) -> Value {
 fn opened() -> TaskState {
     let ev = decide_open(None, TASK, MASTER, &task_context("T-1"), NOW).expect("open");
     let mut state = evolve(None, &ev).expect("state");
-    for content in ["alpha", "beta", "gamma", "delta"] {
+    // What the tests send, and what their agents return in place of it
+    // (content an invoked agent compressed is put in the task too).
+    for content in ["alpha", "beta", "gamma", "delta", "other", "b", "result"] {
         let ev = decide_put_blob(&state, content.as_bytes(), "text/plain", 3600, NOW);
         state.apply(&ev);
     }
@@ -150,7 +157,7 @@ fn opened() -> TaskState {
 }
 
 fn send(state: &mut TaskState, mode: Mode, ctx: &Value) -> Result<String, ContextError> {
-    let ev = decide_send(state, mode, ctx, NOW)?;
+    let ev = decide_send(state, MASTER, mode, ctx, NOW)?;
     state.apply(&ev);
     match ev {
         ContextEvent::ContextSent { subtask, .. } => Ok(subtask),
@@ -159,7 +166,7 @@ fn send(state: &mut TaskState, mode: Mode, ctx: &Value) -> Result<String, Contex
 }
 
 fn ret(state: &mut TaskState, agent: &str, ctx: &Value) -> Result<Layer1, ContextError> {
-    let ev = decide_return(state, agent, ctx, NOW)?;
+    let ev = decide_return(state, agent, ctx, &resolves, NOW)?;
     state.apply(&ev);
     match ev {
         ContextEvent::ContextReturned { layer1, .. } => Ok(layer1),
@@ -168,7 +175,7 @@ fn ret(state: &mut TaskState, agent: &str, ctx: &Value) -> Result<Layer1, Contex
 }
 
 fn eval(state: &mut TaskState, subtask: &str, outcome: Outcome) -> Result<(), ContextError> {
-    let ev = decide_evaluate(state, subtask, outcome, "checked", NOW)?;
+    let ev = decide_evaluate(state, MASTER, subtask, outcome, "checked", NOW)?;
     state.apply(&ev);
     Ok(())
 }
@@ -349,8 +356,8 @@ fn schema_hostile_inputs_never_panic() {
     for v in &inputs {
         assert!(validate_task_context(v).is_err());
         assert!(validate_agent_context(v).is_err());
-        assert!(decide_send(&state, Mode::Sync, v, NOW).is_err());
-        assert!(decide_return(&state, "x", v, NOW).is_err());
+        assert!(decide_send(&state, MASTER, Mode::Sync, v, NOW).is_err());
+        assert!(decide_return(&state, "x", v, &resolves, NOW).is_err());
         let err = decide_update_task(&state, MASTER, v, NOW).expect_err("invalid");
         // Messages quoting huge values are capped.
         assert!(err.to_string().len() < 10_000);
@@ -411,7 +418,8 @@ fn r11_agent_returning_another_agents_context_is_refused() {
     send(&mut state, Mode::Async, &flight).expect("send");
 
     // flight submits hotel's context as-is (AgentName hotel).
-    let err = decide_return(&state, "flight", &returned(&hotel), NOW).expect_err("hostile");
+    let err =
+        decide_return(&state, "flight", &returned(&hotel), &resolves, NOW).expect_err("hostile");
     assert_eq!(err.code(), "not_your_context");
     assert!(
         err.to_string().contains("belongs to agent \"hotel\""),
@@ -422,7 +430,7 @@ fn r11_agent_returning_another_agents_context_is_refused() {
     let mut forged = returned(&hotel);
     forged["AgentName"] = json!("flight");
     forged["AgentID"] = json!("id-flight");
-    let err = decide_return(&state, "flight", &forged, NOW).expect_err("hostile");
+    let err = decide_return(&state, "flight", &forged, &resolves, NOW).expect_err("hostile");
     assert_eq!(err.code(), "not_your_context");
     assert!(
         err.to_string().contains("is not a subtask sent to it"),
@@ -441,7 +449,7 @@ fn r11_return_with_foreign_agent_id_is_refused() {
     let mut r = returned(&hotel);
     r["AgentID"] = json!("id-impostor");
     assert_eq!(
-        code(decide_return(&state, "hotel", &r, NOW)),
+        code(decide_return(&state, "hotel", &r, &resolves, NOW)),
         "not_your_context"
     );
 }
@@ -450,7 +458,7 @@ fn r11_return_with_foreign_agent_id_is_refused() {
 fn r11_return_without_outstanding_subtask_is_refused() {
     let state = opened();
     let ctx = returned(&sent("hotel", "book-hotel", &[], vec![]));
-    let err = decide_return(&state, "hotel", &ctx, NOW).expect_err("nothing sent");
+    let err = decide_return(&state, "hotel", &ctx, &resolves, NOW).expect_err("nothing sent");
     assert_eq!(err.code(), "not_your_context");
     assert!(err.to_string().contains("no outstanding subtask"), "{err}");
 }
@@ -466,6 +474,7 @@ fn r11_return_naming_unknown_subtask_id_cannot_probe() {
         &state,
         "hotel",
         &returned(&sent("hotel", "zz", &[], vec![])),
+        &resolves,
         NOW,
     )
     .expect_err("unknown id");
@@ -473,6 +482,7 @@ fn r11_return_naming_unknown_subtask_id_cannot_probe() {
         &state,
         "hotel",
         &returned(&sent("hotel", "f", &[], vec![])),
+        &resolves,
         NOW,
     )
     .expect_err("flight's id");
@@ -520,7 +530,7 @@ fn r11_only_master_updates_task_context() {
 fn r11_subtask_agent_name_required() {
     let state = opened();
     let ctx = sent("", "s", &[], vec![]);
-    let err = decide_send(&state, Mode::Sync, &ctx, NOW).expect_err("no agent");
+    let err = decide_send(&state, MASTER, Mode::Sync, &ctx, NOW).expect_err("no agent");
     assert!(err.to_string().contains("/AgentName"), "{err}");
 }
 
@@ -532,7 +542,7 @@ fn r12_sync_one_outstanding_at_a_time() {
     let a = sent("diagnosis", "diag", &[], vec![]);
     let b = sent("weather", "wx", &[], vec![]);
     send(&mut state, Mode::Sync, &a).expect("first");
-    let err = decide_send(&state, Mode::Sync, &b, NOW).expect_err("second while first out");
+    let err = decide_send(&state, MASTER, Mode::Sync, &b, NOW).expect_err("second while first out");
     assert_eq!(err.code(), "subtask_outstanding");
     assert!(err.to_string().contains("s1"), "{err}");
     ret(&mut state, "diagnosis", &returned(&a)).expect("return");
@@ -547,19 +557,19 @@ fn r12_sync_master_skipping_dependency_is_refused() {
     let presc = sent("prescription", "presc", &["diag"], vec![]);
 
     // Skipping the dependency entirely.
-    let err = decide_send(&state, Mode::Sync, &presc, NOW).expect_err("never sent");
+    let err = decide_send(&state, MASTER, Mode::Sync, &presc, NOW).expect_err("never sent");
     assert_eq!(err.code(), "dependency_pending");
     assert!(err.to_string().contains("\"diag\""), "{err}");
 
     send(&mut state, Mode::Sync, &diag).expect("s1");
     ret(&mut state, "diagnosis", &returned(&diag)).expect("returned");
     // Returned but not accepted yet.
-    let err = decide_send(&state, Mode::Sync, &presc, NOW).expect_err("not evaluated");
+    let err = decide_send(&state, MASTER, Mode::Sync, &presc, NOW).expect_err("not evaluated");
     assert_eq!(err.code(), "dependency_pending");
     assert!(err.to_string().contains("not yet accepted"), "{err}");
 
     eval(&mut state, "s1", Outcome::Rejected).expect("rejected");
-    let err = decide_send(&state, Mode::Sync, &presc, NOW).expect_err("rejected");
+    let err = decide_send(&state, MASTER, Mode::Sync, &presc, NOW).expect_err("rejected");
     assert!(err.to_string().contains("rejected"), "{err}");
 
     // A retry of the same SubTaskID, accepted this time, satisfies it.
@@ -580,7 +590,13 @@ fn r12_async_independent_subtasks_run_concurrently() {
         3
     );
     // A sync send must wait for them.
-    let err = decide_send(&state, Mode::Sync, &sent("x", "x", &[], vec![]), NOW);
+    let err = decide_send(
+        &state,
+        MASTER,
+        Mode::Sync,
+        &sent("x", "x", &[], vec![]),
+        NOW,
+    );
     assert_eq!(code(err), "subtask_outstanding");
 }
 
@@ -591,7 +607,7 @@ fn r12_async_still_honours_dependencies() {
     send(&mut state, Mode::Async, &flight).expect("s1");
     let hotel = sent("hotel", "h", &["f"], vec![]);
     assert_eq!(
-        code(decide_send(&state, Mode::Async, &hotel, NOW)),
+        code(decide_send(&state, MASTER, Mode::Async, &hotel, NOW)),
         "dependency_pending"
     );
     ret(&mut state, "flight", &returned(&flight)).expect("returned");
@@ -603,7 +619,13 @@ fn r12_async_still_honours_dependencies() {
 fn r12_async_send_waits_for_outstanding_sync_subtask() {
     let mut state = opened();
     send(&mut state, Mode::Sync, &sent("a", "a", &[], vec![])).expect("sync");
-    let err = decide_send(&state, Mode::Async, &sent("b", "b", &[], vec![]), NOW);
+    let err = decide_send(
+        &state,
+        MASTER,
+        Mode::Async,
+        &sent("b", "b", &[], vec![]),
+        NOW,
+    );
     assert_eq!(code(err), "subtask_outstanding");
 }
 
@@ -615,7 +637,7 @@ fn r12_dependency_by_agent_name_fallback() {
     ret(&mut state, "diagnosis", &returned(&diag)).expect("ret");
     let buy = sent("pharmacy", "buy", &["diagnosis"], vec![]);
     assert_eq!(
-        code(decide_send(&state, Mode::Sync, &buy, NOW)),
+        code(decide_send(&state, MASTER, Mode::Sync, &buy, NOW)),
         "dependency_pending"
     );
     eval(&mut state, "s1", Outcome::Accepted).expect("accepted");
@@ -696,7 +718,14 @@ fn r13_master_decision_is_separate_step() {
     let s = sent("hotel", "h", &[], vec![]);
     send(&mut state, Mode::Sync, &s).expect("send");
     assert_eq!(
-        code(decide_evaluate(&state, "s1", Outcome::Accepted, "", NOW)),
+        code(decide_evaluate(
+            &state,
+            MASTER,
+            "s1",
+            Outcome::Accepted,
+            "",
+            NOW
+        )),
         "not_returned"
     );
     let mut r = returned(&s);
@@ -713,7 +742,14 @@ fn r13_master_decision_is_separate_step() {
         Some(Outcome::Accepted)
     );
     assert_eq!(
-        code(decide_evaluate(&state, "s1", Outcome::Rejected, "", NOW)),
+        code(decide_evaluate(
+            &state,
+            MASTER,
+            "s1",
+            Outcome::Rejected,
+            "",
+            NOW
+        )),
         "already_evaluated"
     );
 }
@@ -821,7 +857,13 @@ fn r14_must_preserve_fields_survive() {
     // names ContextItems[].Description.
     r["ContextItems"][1]["Description"] = json!("shorter");
     let l = layer1_after(&s, &r);
-    assert_eq!(l.reasons.len(), 3, "{:?}", l.reasons);
+    // Without KeyInformation both completed items lack their abstract, and
+    // the field named by MustPreserveFields is gone.
+    assert_eq!(l.reasons.len(), 5, "{:?}", l.reasons);
+    assert!(has_reason(
+        &l,
+        "todo item \"i1\" is completed but has no KeyInformation output abstract"
+    ));
     assert!(has_reason(
         &l,
         "\"KeyInformation\": KeyInformation is missing"
@@ -852,7 +894,7 @@ fn r14_bad_must_preserve_path_refused_at_send() {
     let state = opened();
     let mut s = four_items();
     s["CompressionPolicy"]["MustPreserveFields"] = json!(["ContextItems[0].Description"]);
-    let err = decide_send(&state, Mode::Sync, &s, NOW).expect_err("bad path");
+    let err = decide_send(&state, MASTER, Mode::Sync, &s, NOW).expect_err("bad path");
     assert!(
         err.to_string()
             .contains("/CompressionPolicy/MustPreserveFields/0"),
@@ -885,7 +927,7 @@ fn r14_duplicate_context_ids_refused() {
             item("a", "beta", "discardable"),
         ],
     );
-    let err = decide_send(&state, Mode::Sync, &s, NOW).expect_err("duplicate");
+    let err = decide_send(&state, MASTER, Mode::Sync, &s, NOW).expect_err("duplicate");
     assert!(
         err.to_string().contains("/ContextItems/1/ContextID"),
         "{err}"
@@ -1026,7 +1068,7 @@ fn r15_send_refuses_non_cas_references() {
     let state = opened();
     let mut s = sent("hotel", "h", &[], vec![item("a", "alpha", "must_preserve")]);
     s["ContextItems"][0]["ContextURI"] = json!("https://evil.example/redirect");
-    let err = decide_send(&state, Mode::Sync, &s, NOW).expect_err("not cas");
+    let err = decide_send(&state, MASTER, Mode::Sync, &s, NOW).expect_err("not cas");
     assert_eq!(err.code(), "bad_uri");
     assert!(
         err.to_string().contains("/ContextItems/0/ContextURI"),
@@ -1074,7 +1116,7 @@ fn full_history() -> Vec<ContextEvent> {
     let put = decide_put_blob(&state, b"alpha", "text/plain", 60, NOW);
     record(&mut state, put);
     let s = sent("hotel", "h", &[], vec![item("a", "alpha", "must_preserve")]);
-    let ev = decide_send(&state, Mode::Sync, &s, NOW).expect("send");
+    let ev = decide_send(&state, MASTER, Mode::Sync, &s, NOW).expect("send");
     record(&mut state, ev);
     let alpha = sha256_hex(b"alpha");
     let ev = decide_blob_read(&state, "hotel", &uri_of("alpha"), Some(&alpha), NOW).expect("read");
@@ -1085,9 +1127,9 @@ fn full_history() -> Vec<ContextEvent> {
         &mut state,
         ContextEvent::refused(TASK, "get_blob", &err, Some("flight"), NOW),
     );
-    let ev = decide_return(&state, "hotel", &returned(&s), NOW).expect("return");
+    let ev = decide_return(&state, "hotel", &returned(&s), &resolves, NOW).expect("return");
     record(&mut state, ev);
-    let ev = decide_evaluate(&state, "s1", Outcome::Accepted, "good", NOW).expect("eval");
+    let ev = decide_evaluate(&state, MASTER, "s1", Outcome::Accepted, "good", NOW).expect("eval");
     record(&mut state, ev);
     let ev = decide_update_task(&state, MASTER, &task_context("T-1"), NOW).expect("update");
     record(&mut state, ev);
@@ -1174,7 +1216,7 @@ fn refusal_invalid_context() {
     let mut s = sent("hotel", "h", &[], vec![]);
     s["todoItems"] = json!({});
     assert_eq!(
-        code(decide_send(&state, Mode::Sync, &s, NOW)),
+        code(decide_send(&state, MASTER, Mode::Sync, &s, NOW)),
         "invalid_context"
     );
 }
@@ -1214,7 +1256,13 @@ fn refusal_not_your_context() {
     let s = sent("hotel", "h", &[], vec![]);
     send(&mut state, Mode::Sync, &s).expect("send");
     assert_eq!(
-        code(decide_return(&state, "flight", &returned(&s), NOW)),
+        code(decide_return(
+            &state,
+            "flight",
+            &returned(&s),
+            &resolves,
+            NOW
+        )),
         "not_your_context"
     );
 }
@@ -1238,7 +1286,7 @@ fn refusal_dependency_pending() {
     let state = opened();
     let s = sent("hotel", "h", &["f"], vec![]);
     assert_eq!(
-        code(decide_send(&state, Mode::Async, &s, NOW)),
+        code(decide_send(&state, MASTER, Mode::Async, &s, NOW)),
         "dependency_pending"
     );
 }
@@ -1249,7 +1297,7 @@ fn refusal_subtask_outstanding() {
     send(&mut state, Mode::Sync, &sent("a", "a", &[], vec![])).expect("send");
     let s = sent("b", "b", &[], vec![]);
     assert_eq!(
-        code(decide_send(&state, Mode::Sync, &s, NOW)),
+        code(decide_send(&state, MASTER, Mode::Sync, &s, NOW)),
         "subtask_outstanding"
     );
 }
@@ -1260,7 +1308,7 @@ fn refusal_duplicate_subtask() {
     send(&mut state, Mode::Async, &sent("a", "same", &[], vec![])).expect("send");
     let s = sent("b", "same", &[], vec![]);
     assert_eq!(
-        code(decide_send(&state, Mode::Async, &s, NOW)),
+        code(decide_send(&state, MASTER, Mode::Async, &s, NOW)),
         "duplicate_subtask"
     );
 }
@@ -1270,7 +1318,14 @@ fn refusal_unknown_subtask() {
     // Only the master's evaluate names subtasks by id.
     let state = opened();
     assert_eq!(
-        code(decide_evaluate(&state, "s9", Outcome::Accepted, "", NOW)),
+        code(decide_evaluate(
+            &state,
+            MASTER,
+            "s9",
+            Outcome::Accepted,
+            "",
+            NOW
+        )),
         "unknown_subtask"
     );
 }
@@ -1282,7 +1337,13 @@ fn refusal_already_returned() {
     send(&mut state, Mode::Sync, &s).expect("send");
     ret(&mut state, "hotel", &returned(&s)).expect("first");
     assert_eq!(
-        code(decide_return(&state, "hotel", &returned(&s), NOW)),
+        code(decide_return(
+            &state,
+            "hotel",
+            &returned(&s),
+            &resolves,
+            NOW
+        )),
         "already_returned"
     );
 }
@@ -1360,12 +1421,13 @@ fn refusal_unknown_blob() {
         &[],
         vec![item("z", "never put", "discardable")],
     );
-    send(&mut state, Mode::Sync, &s).expect("send");
+    // Neither sent nor read: the ledger holds nothing for it.
+    assert_eq!(code(send(&mut state, Mode::Sync, &s)), "unknown_blob");
     let actual = sha256_hex(b"never put");
     assert_eq!(
         code(decide_blob_read(
             &state,
-            "hotel",
+            MASTER,
             &uri_of("never put"),
             Some(&actual),
             NOW

@@ -285,17 +285,19 @@ pub struct CriterionResult {
 
 impl CriterionResult {
     /// Whether `Status` reports a pass. The draft leaves the vocabulary open;
-    /// agentledger reads "passed", "pass", "success" and "succeeded" (any
-    /// case, surrounding blanks ignored) as passing and anything else as not.
+    /// agentledger reads "passed", "pass", "success", "succeeded" and
+    /// "completed" (any case, surrounding blanks ignored) as passing and
+    /// anything else ("failed", "", …) as not.
     pub fn passed(&self) -> bool {
         is_passing_status(&self.status)
     }
 }
 
-/// See [`CriterionResult::passed`].
+/// See [`CriterionResult::passed`]; an EvaluationResult's overall Status
+/// may also say "completed".
 pub fn is_passing_status(status: &str) -> bool {
     let s = status.trim();
-    ["passed", "pass", "success", "succeeded"]
+    ["passed", "pass", "success", "succeeded", "completed"]
         .iter()
         .any(|p| s.eq_ignore_ascii_case(p))
 }

@@ -88,35 +88,61 @@ impl Engine {
         Err(refusal(&e))
     }
 
+    /// Open a task run by `master_run`. A refusal is a step of that run
+    /// when it exists (an unknown run has no trail to hold it).
     pub fn open_task(&mut self, task: &str, master_run: &str, task_context: &Value) -> Result<()> {
-        if !ids::valid_name(task) {
-            return Err(Refusal::new(
-                "invalid_name",
-                format!("task id {task:?} is not a valid name"),
-            )
-            .into());
-        }
-        self.existing_run(master_run)?;
+        let run = self.existing_run(master_run)?;
         let existing = self.views.task(task)?;
-        let ev = context::decide_open(
-            existing.as_ref(),
-            task,
-            master_run,
-            task_context,
-            self.now_ms(),
-        )
-        .map_err(|e| refusal(&e))?;
-        self.record_context(master_run, ev)
+        let d = if !ids::valid_name(task) {
+            Err(ContextError::InvalidName {
+                what: "task id",
+                name: task.chars().take(128).collect(),
+            })
+        } else if !run.is_open() {
+            Err(ContextError::RunClosed {
+                run: master_run.to_string(),
+            })
+        } else {
+            context::decide_open(
+                existing.as_ref(),
+                task,
+                master_run,
+                task_context,
+                self.now_ms(),
+            )
+        };
+        match d {
+            Ok(ev) => self.record_context(master_run, ev),
+            Err(e) => {
+                let shown: String = task.chars().take(128).collect();
+                let now = self.now_ms();
+                self.record_context(
+                    master_run,
+                    ContextEvent::refused(&shown, "open_task", &e, Some(master_run), now),
+                )?;
+                Err(refusal(&e))
+            }
+        }
+    }
+
+    /// The task, and whether its master run is still open (a closed one
+    /// ends the task's operations).
+    fn task_and_master(&self, task: &str) -> Result<(TaskState, bool)> {
+        let state = self.task(task)?;
+        let open = self.existing_run(&state.master_run)?.is_open();
+        Ok((state, open))
     }
 
     pub fn update_task(&mut self, task: &str, run: &str, task_context: &Value) -> Result<()> {
-        let state = self.task(task)?;
-        let d = context::decide_update_task(&state, run, task_context, self.now_ms());
-        self.decided(&state, "update_task", None, d).map(|_| ())
+        let (state, open) = self.task_and_master(task)?;
+        let d = context::require_open_master(&state, open)
+            .and_then(|_| context::decide_update_task(&state, run, task_context, self.now_ms()));
+        self.decided(&state, "update_task", Some(run), d)
+            .map(|_| ())
     }
 
     /// Store content by reference for this task (R15): bytes to the content
-    /// store with a deadline, digest and expiry to the ledger.
+    /// store, digest, media type and expiry to the ledger.
     pub fn put_blob(
         &mut self,
         task: &str,
@@ -124,12 +150,13 @@ impl Engine {
         media_type: &str,
         ttl_s: u64,
     ) -> Result<(String, String, u64)> {
-        let state = self.task(task)?;
+        let (state, open) = self.task_and_master(task)?;
+        if let Err(e) = context::require_open_master(&state, open) {
+            return self.refuse(&state, "put_blob", None, e);
+        }
         let now = self.now_ms();
         let ev = context::decide_put_blob(&state, content, media_type, ttl_s, now);
-        if let ContextEvent::BlobPut { .. } = &ev {
-            self.store.put(content)?;
-        }
+        self.store.put(content)?;
         self.record_context(&state.master_run, ev.clone())?;
         match ev {
             ContextEvent::BlobPut {
@@ -141,25 +168,19 @@ impl Engine {
         }
     }
 
-    /// Send one agent's AgentContext as a new subtask (R11, R12). `run`, when
-    /// given, must be the master run.
+    /// The master run `run` sends one agent's AgentContext as a new subtask
+    /// (R11, R12).
     pub fn send_context(
         &mut self,
         task: &str,
-        run: Option<&str>,
+        run: &str,
         mode: Mode,
         agent_context: &Value,
     ) -> Result<SendAnswer> {
-        let state = self.task(task)?;
-        if let Some(r) = run.filter(|r| *r != state.master_run) {
-            let e = ContextError::NotMaster {
-                run: r.to_string(),
-                master: state.master_run.clone(),
-            };
-            return self.refuse(&state, "send_context", None, e);
-        }
-        let d = context::decide_send(&state, mode, agent_context, self.now_ms());
-        match self.decided(&state, "send_context", None, d)? {
+        let (state, open) = self.task_and_master(task)?;
+        let d = context::require_open_master(&state, open)
+            .and_then(|_| context::decide_send(&state, run, mode, agent_context, self.now_ms()));
+        match self.decided(&state, "send_context", Some(run), d)? {
             ContextEvent::ContextSent {
                 subtask,
                 agent,
@@ -182,8 +203,10 @@ impl Engine {
     /// An agent's own current context (R11); asking as anyone else is
     /// refused and recorded.
     pub fn get_context(&mut self, task: &str, agent: &str) -> Result<(String, Value)> {
-        let state = self.task(task)?;
-        match context::get_context(&state, agent) {
+        let (state, open) = self.task_and_master(task)?;
+        let got = context::require_open_master(&state, open)
+            .and_then(|_| context::get_context(&state, agent));
+        match got {
             Ok((sub, ctx)) => Ok((
                 sub.id.clone(),
                 serde_json::to_value(ctx).unwrap_or(Value::Null),
@@ -194,10 +217,12 @@ impl Engine {
 
     /// Resolve a reference (R15): granted, not expired, digest checked.
     pub fn get_blob(&mut self, task: &str, agent: &str, uri: &str) -> Result<(Vec<u8>, String)> {
-        let state = self.task(task)?;
+        let (state, open) = self.task_and_master(task)?;
         let bytes = self.store.read_raw(uri);
         let actual = bytes.as_deref().map(context::sha256_hex);
-        let d = context::decide_blob_read(&state, agent, uri, actual.as_deref(), self.now_ms());
+        let d = context::require_open_master(&state, open).and_then(|_| {
+            context::decide_blob_read(&state, agent, uri, actual.as_deref(), self.now_ms())
+        });
         match self.decided(&state, "get_blob", Some(agent), d)? {
             ContextEvent::BlobRead { digest, .. } => Ok((bytes.unwrap_or_default(), digest)),
             _ => Err(LedgerError::Other(
@@ -206,15 +231,38 @@ impl Engine {
         }
     }
 
-    /// The agent returns its updated context; layer one is computed (R13, R14).
+    /// The agent returns its updated context; layer one is computed (R13,
+    /// R14), with every ContextURI it cites as evidence or trace resolved
+    /// against the task's content.
     pub fn return_context(
         &mut self,
         task: &str,
         agent: &str,
         agent_context: &Value,
     ) -> Result<(String, Layer1)> {
-        let state = self.task(task)?;
-        let d = context::decide_return(&state, agent, agent_context, self.now_ms());
+        let (state, open) = self.task_and_master(task)?;
+        let now = self.now_ms();
+        let store = &self.store;
+        let resolve = |uri: &str| -> Option<String> {
+            if let Err(e) = context::parse_context_uri(uri) {
+                return Some(e.to_string());
+            }
+            let Some(meta) = state.blobs.get(uri) else {
+                return Some("no content was put for it in this task".into());
+            };
+            if now >= meta.expires_at {
+                return Some(format!(
+                    "its content expired at {} (unix ms)",
+                    meta.expires_at
+                ));
+            }
+            match store.get(uri) {
+                Ok(_) => None,
+                Err(e) => Some(e.to_string()),
+            }
+        };
+        let d = context::require_open_master(&state, open)
+            .and_then(|_| context::decide_return(&state, agent, agent_context, &resolve, now));
         match self.decided(&state, "return_context", Some(agent), d)? {
             ContextEvent::ContextReturned {
                 subtask, layer1, ..
@@ -225,25 +273,20 @@ impl Engine {
         }
     }
 
-    /// The master's decision, layer two (R13).
+    /// The master run's decision, layer two (R13).
     pub fn evaluate(
         &mut self,
         task: &str,
-        run: Option<&str>,
+        run: &str,
         subtask: &str,
         outcome: Outcome,
         reason: &str,
     ) -> Result<()> {
-        let state = self.task(task)?;
-        if let Some(r) = run.filter(|r| *r != state.master_run) {
-            let e = ContextError::NotMaster {
-                run: r.to_string(),
-                master: state.master_run.clone(),
-            };
-            return self.refuse(&state, "evaluate", None, e);
-        }
-        let d = context::decide_evaluate(&state, subtask, outcome, reason, self.now_ms());
-        self.decided(&state, "evaluate", None, d).map(|_| ())
+        let (state, open) = self.task_and_master(task)?;
+        let d = context::require_open_master(&state, open).and_then(|_| {
+            context::decide_evaluate(&state, run, subtask, outcome, reason, self.now_ms())
+        });
+        self.decided(&state, "evaluate", Some(run), d).map(|_| ())
     }
 
     /// Totals over a task's subtasks: bytes inline vs behind references.

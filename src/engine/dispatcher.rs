@@ -29,6 +29,10 @@ pub struct OpenedListener {
     pub event: String,
     pub event_id: String,
     pub source_run: String,
+    /// What the listener is started with: the event and its artifact
+    /// contract (names, refs, digests, sizes, source run, labels; never
+    /// bytes), so that a platform can start the agent from the answer.
+    pub input: Trigger,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,7 +156,7 @@ impl Engine {
                 run: run.run.clone(),
                 root: None,
                 hop: None,
-                reason: "chain_unknown".into(),
+                reason: WithheldReason::ChainUnknown.code().into(),
                 events: run.published.iter().map(|e| e.event.clone()).collect(),
             });
         }
@@ -163,7 +167,25 @@ impl Engine {
                 chain_key(&run).into_bytes(),
                 serde_json::to_vec(&published_json(&run, ev, now)).unwrap_or_default(),
             ));
+        }
+        if !published_json_recs.is_empty() {
+            self.log.append(Topic::Published, &published_json_recs)?;
+        }
+        let mut run = run;
+        for ev in &events {
             for agent in self.views.listeners(&ev.event)? {
+                // An event many agents listen to is written in bounded
+                // steps. Listener ids are deterministic and refusals are
+                // kept on the run, so a step written before a crash is
+                // found again, not repeated (R3).
+                if pending.len() >= crate::limits::DISPATCH_STEP {
+                    self.commit(std::mem::take(&mut pending))?;
+                    if self.caught_up_at.is_none() {
+                        self.catch_up(&|_| {})?;
+                    }
+                    run = self.existing_run(run_id)?;
+                    next_step = run.next_step;
+                }
                 let Some(listener) = self.views.current_version(&agent)? else {
                     continue;
                 };
@@ -171,6 +193,23 @@ impl Engine {
                 let already = self.views.run(&listener_run)?.is_some();
                 match decide_listener(&run, ev, &listener, already) {
                     ListenerDecision::Open { run: lr, root, hop } => {
+                        let trigger = Trigger {
+                            event_id: ev.event_id.clone(),
+                            event: ev.event.clone(),
+                            context: ev.context.clone(),
+                            source_run: run.run.clone(),
+                            artifacts: ev.artifacts.clone(),
+                        };
+                        answer.opened.push(OpenedListener {
+                            run: lr.clone(),
+                            agent: agent.clone(),
+                            root: root.clone(),
+                            hop,
+                            event: ev.event.clone(),
+                            event_id: ev.event_id.clone(),
+                            source_run: run.run.clone(),
+                            input: trigger.clone(),
+                        });
                         pending.push(Pending {
                             topic: Topic::Ledger,
                             key: root.clone(),
@@ -181,29 +220,14 @@ impl Engine {
                                 agent: agent.clone(),
                                 version: listener.version,
                                 scope: listener.scope.clone(),
-                                root: Some(root.clone()),
+                                root: Some(root),
                                 hop: Some(hop),
-                                trigger: Some(Trigger {
-                                    event_id: ev.event_id.clone(),
-                                    event: ev.event.clone(),
-                                    context: ev.context.clone(),
-                                    source_run: run.run.clone(),
-                                    artifacts: ev.artifacts.clone(),
-                                }),
+                                trigger: Some(trigger),
                                 legacy_trigger: None,
                                 labels: labels::opening_labels(&listener.scope),
                             }),
                         });
-                        opened_ids.push(lr.clone());
-                        answer.opened.push(OpenedListener {
-                            run: lr,
-                            agent: agent.clone(),
-                            root,
-                            hop,
-                            event: ev.event.clone(),
-                            event_id: ev.event_id.clone(),
-                            source_run: run.run.clone(),
-                        });
+                        opened_ids.push(lr);
                     }
                     ListenerDecision::Refuse(reason) => {
                         pending.push(Pending::step(
@@ -239,9 +263,6 @@ impl Engine {
                 opened: opened_ids,
             }),
         ));
-        if !published_json_recs.is_empty() {
-            self.log.append(Topic::Published, &published_json_recs)?;
-        }
         self.commit(pending)?;
         Ok(())
     }

@@ -66,6 +66,27 @@ impl Engine {
     /// never refused (R10).
     pub fn publish_agent(&mut self, req: PublishAgent) -> Result<PublishAnswer> {
         check_names("agent", std::slice::from_ref(&req.agent))?;
+        use crate::limits::{check_count, MAX_ACCESS_SCOPES, MAX_ARTIFACTS_PER_EMIT};
+        check_count(
+            "events one version listens to",
+            req.listens.len(),
+            crate::limits::MAX_LISTENS_PER_VERSION,
+        )?;
+        check_count(
+            "events one version emits",
+            req.emits.len(),
+            crate::limits::MAX_EMITS_PER_VERSION,
+        )?;
+        for e in &req.emits {
+            check_count(
+                &format!("artifacts event {:?} exposes", e.event),
+                e.artifacts.len(),
+                MAX_ARTIFACTS_PER_EMIT,
+            )?;
+        }
+        if let Some(access) = &req.access {
+            check_count("scopes in access", access.len(), MAX_ACCESS_SCOPES)?;
+        }
         if !valid_scope(&req.scope) {
             return Err(Refusal::new(
                 "invalid_scope",

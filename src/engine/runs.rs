@@ -18,7 +18,8 @@ pub struct OpenAnswer {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadAnswer {
-    pub content: String,
+    /// The bytes, exactly as published (text or not).
+    pub content: Vec<u8>,
     pub artifact: ArtifactRef,
 }
 
@@ -28,7 +29,8 @@ pub struct CloseRun {
     pub run: String,
     pub status: RunStatus,
     pub summary: String,
-    pub artifacts: BTreeMap<String, String>,
+    /// Artifact name → its bytes.
+    pub artifacts: BTreeMap<String, Vec<u8>>,
     pub labels: Vec<String>,
 }
 
@@ -37,16 +39,14 @@ pub struct CloseAnswer {
     pub run: String,
     pub withheld: Option<Withheld>,
     pub artifacts: Vec<ArtifactRef>,
+    /// The run's labels at close, which every artifact carries (R9).
+    pub labels: Vec<String>,
 }
 
 /// The log key of a run's records: its chain root, so a chain stays in one
 /// partition and in order; a run without a chain keys on itself.
 pub(crate) fn chain_key(run: &RunState) -> String {
     run.root.clone().unwrap_or_else(|| run.run.clone())
-}
-
-fn valid_label(l: &str) -> bool {
-    !l.is_empty() && l.len() <= 200 && !l.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 impl Engine {
@@ -153,7 +153,7 @@ impl Engine {
                     }),
                 )])?;
                 Ok(ReadAnswer {
-                    content: String::from_utf8_lossy(&bytes).into_owned(),
+                    content: bytes,
                     artifact: art,
                 })
             }
@@ -183,6 +183,11 @@ impl Engine {
                 Refusal::new("run_closed", format!("run {:?} is already closed", req.run)).into(),
             );
         }
+        crate::limits::check_count(
+            "artifacts in one close_run",
+            req.artifacts.len(),
+            crate::limits::MAX_ARTIFACTS_PER_CLOSE,
+        )?;
         for name in req.artifacts.keys() {
             if !ids::valid_name(name) {
                 return Err(Refusal::new(
@@ -192,12 +197,14 @@ impl Engine {
                 .into());
             }
         }
-        if let Some(bad) = req.labels.iter().find(|l| !valid_label(l)) {
-            return Err(Refusal::new(
-                "invalid_label",
-                format!("label {bad:?} is empty, too long or has white space"),
-            )
-            .into());
+        crate::limits::check_count(
+            "labels in one close_run",
+            req.labels.len(),
+            crate::limits::MAX_LABELS_PER_RUN,
+        )
+        .map_err(|r| Refusal::new("too_many_labels", r.message))?;
+        for l in &req.labels {
+            labels::check_label(l)?;
         }
         let opened_on = self
             .views
@@ -209,9 +216,10 @@ impl Engine {
                 ))
             })?;
         let run_labels = labels::at_close(&run.labels, &req.labels);
+        labels::check_label_count(&run_labels, "this close")?;
         let mut arts = Vec::with_capacity(req.artifacts.len());
         for (name, content) in &req.artifacts {
-            let blob = self.store.put(content.as_bytes())?;
+            let blob = self.store.put(content)?;
             arts.push(ArtifactRef {
                 name: name.clone(),
                 sha256: blob.sha256,
@@ -230,7 +238,7 @@ impl Engine {
                 status: req.status,
                 summary: req.summary,
                 artifacts: arts.clone(),
-                labels: run_labels,
+                labels: run_labels.clone(),
                 published,
                 withheld: withheld.clone(),
             }),
@@ -239,6 +247,7 @@ impl Engine {
             run: run.run,
             withheld,
             artifacts: arts,
+            labels: run_labels,
         })
     }
 }

@@ -159,6 +159,56 @@ fn scan_frame(buf: &[u8], pos: usize) -> Scan {
     }
 }
 
+/// What [`scan_segment`] found in a segment's bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentScan {
+    /// Where each whole frame before the first bad one starts.
+    pub frames: Vec<u64>,
+    /// The first bytes that are not a whole frame, if any.
+    pub bad: Option<BadFrame>,
+}
+
+/// Bytes of a segment that are not a whole frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadFrame {
+    pub at: u64,
+    pub why: String,
+    /// What a crash mid-append leaves (a frame cut short, or space the file
+    /// system allocated but never filled) with no whole frame after it: at
+    /// the end of the last segment, cut on open. Otherwise it is damage.
+    pub torn: bool,
+}
+
+/// Read a segment's bytes as frames: the frame decoder of the embedded
+/// log, for any bytes (a damaged or hostile file gives a [`BadFrame`],
+/// never a panic).
+pub fn scan_segment(buf: &[u8]) -> SegmentScan {
+    let mut frames = Vec::new();
+    let mut pos = 0usize;
+    loop {
+        match scan_frame(buf, pos) {
+            Scan::End => return SegmentScan { frames, bad: None },
+            Scan::Good { next } => {
+                frames.push(pos as u64);
+                pos = next as usize;
+            }
+            Scan::Bad { why, torn } => {
+                let torn = torn
+                    && !(pos + 1..buf.len())
+                        .any(|p| matches!(scan_frame(buf, p), Scan::Good { .. }));
+                return SegmentScan {
+                    frames,
+                    bad: Some(BadFrame {
+                        at: pos as u64,
+                        why,
+                        torn,
+                    }),
+                };
+            }
+        }
+    }
+}
+
 /// The (key, payload) of the frame at the start of `buf`, if it is whole
 /// and its checksum matches.
 fn parse_frame(buf: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -252,64 +302,53 @@ impl Partition {
             let buf = fs::read(&path)
                 .map_err(|e| LogError::io(format!("read segment {}", path.display()), e))?;
             let last = i + 1 == count;
-            let mut positions = Vec::new();
-            let mut pos = 0usize;
-            loop {
-                match scan_frame(&buf, pos) {
-                    Scan::End => break,
-                    Scan::Good { next } => {
-                        positions.push(pos as u64);
-                        pos = next as usize;
-                    }
-                    Scan::Bad { why, torn } => {
-                        // A tear only ever affects the end of the last segment:
-                        // if a good frame follows the bad one, this is damage
-                        // in the middle of the log and cutting would lose data.
-                        let damage = !last
-                            || !torn
-                            || (pos + 1..buf.len())
-                                .any(|p| matches!(scan_frame(&buf, p), Scan::Good { .. }));
-                        if damage {
-                            return Err(LogError::Corrupt(format!(
-                                "{} at byte {pos} (record offset {}): {why}; this is damage, not a torn tail from a crash, so nothing was cut",
-                                path.display(),
-                                base + positions.len() as u64
-                            )));
-                        }
-                        if read_only {
-                            tracing::warn!(
-                                segment = %path.display(),
-                                position = pos,
-                                bytes = buf.len() - pos,
-                                "torn tail: {why}; left in place (opened read-only; \
-                                 the next writer to open the log cuts it)"
-                            );
-                            left_torn = Some(TornTail {
-                                partition: label.clone(),
-                                segment: path.clone(),
-                                at_byte: pos as u64,
-                                bytes: (buf.len() - pos) as u64,
-                                why,
-                            });
-                            break;
-                        }
-                        tracing::warn!(
-                            segment = %path.display(),
-                            position = pos,
-                            cut_bytes = buf.len() - pos,
-                            "torn tail after a crash: {why}; cutting it"
-                        );
-                        let f = OpenOptions::new()
-                            .write(true)
-                            .open(&path)
-                            .map_err(|e| LogError::io(format!("open {}", path.display()), e))?;
-                        f.set_len(pos as u64)
-                            .and_then(|_| f.sync_all())
-                            .map_err(|e| {
-                                LogError::io(format!("cut torn tail of {}", path.display()), e)
-                            })?;
-                        break;
-                    }
+            let scanned = scan_segment(&buf);
+            let positions = scanned.frames;
+            let mut pos = buf.len();
+            if let Some(bad) = scanned.bad {
+                pos = bad.at as usize;
+                let why = bad.why;
+                // A tear only ever affects the end of the last segment: if a
+                // good frame follows the bad one, this is damage in the
+                // middle of the log and cutting would lose data.
+                if !last || !bad.torn {
+                    return Err(LogError::Corrupt(format!(
+                        "{} at byte {pos} (record offset {}): {why}; this is damage, not a torn tail from a crash, so nothing was cut",
+                        path.display(),
+                        base + positions.len() as u64
+                    )));
+                }
+                if read_only {
+                    tracing::warn!(
+                        segment = %path.display(),
+                        position = pos,
+                        bytes = buf.len() - pos,
+                        "torn tail: {why}; left in place (opened read-only; \
+                         the next writer to open the log cuts it)"
+                    );
+                    left_torn = Some(TornTail {
+                        partition: label.clone(),
+                        segment: path.clone(),
+                        at_byte: pos as u64,
+                        bytes: (buf.len() - pos) as u64,
+                        why,
+                    });
+                } else {
+                    tracing::warn!(
+                        segment = %path.display(),
+                        position = pos,
+                        cut_bytes = buf.len() - pos,
+                        "torn tail after a crash: {why}; cutting it"
+                    );
+                    let f = OpenOptions::new()
+                        .write(true)
+                        .open(&path)
+                        .map_err(|e| LogError::io(format!("open {}", path.display()), e))?;
+                    f.set_len(pos as u64)
+                        .and_then(|_| f.sync_all())
+                        .map_err(|e| {
+                            LogError::io(format!("cut torn tail of {}", path.display()), e)
+                        })?;
                 }
             }
             next_offset = base + positions.len() as u64;
@@ -618,10 +657,7 @@ impl EmbeddedLog {
     ) -> Result<Self, LogError> {
         let dir = dir.as_ref();
         if !dir.is_dir() {
-            return Err(LogError::io(
-                format!("no ledger log at {}", dir.display()),
-                std::io::Error::from(std::io::ErrorKind::NotFound),
-            ));
+            return Err(LogError::NoLedger(dir.display().to_string()));
         }
         Self::open_as(dir, config, Access::ReadOnly)
     }

@@ -101,6 +101,8 @@ pub enum LogError {
     ReadOnly(String),
     #[error("configuration: {0}")]
     Config(String),
+    #[error("no ledger at {0}: nothing has been written there yet")]
+    NoLedger(String),
 }
 
 impl LogError {

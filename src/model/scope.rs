@@ -22,12 +22,17 @@ pub fn area_of_label(label: &str) -> Option<&str> {
     label.strip_prefix("area:")
 }
 
-/// A scope is a non-empty `/`-separated path of non-empty segments made of
-/// letters, digits, `-`, `_` and `.`.
+/// A scope is a non-empty `/`-separated path of at most
+/// [`crate::limits::MAX_SCOPE_BYTES`] bytes, of non-empty segments made of
+/// letters, digits, `-`, `_` and `.`; a segment is never `.` or `..`, so a
+/// scope names one place (`acme/../etc` is not `etc`).
 pub fn valid_scope(scope: &str) -> bool {
     !scope.is_empty()
+        && scope.len() <= crate::limits::MAX_SCOPE_BYTES
         && scope.split('/').all(|seg| {
             !seg.is_empty()
+                && seg != "."
+                && seg != ".."
                 && seg
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
@@ -53,5 +58,8 @@ mod tests {
         assert!(!valid_scope(""));
         assert!(!valid_scope("acme//x"));
         assert!(!valid_scope("acme/pl atform"));
+        assert!(!valid_scope("acme/../etc"));
+        assert!(!valid_scope("./acme"));
+        assert!(valid_scope("acme/v1.2"));
     }
 }

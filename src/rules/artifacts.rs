@@ -53,7 +53,7 @@ pub fn authorize_read(
             ),
         ));
     };
-    trigger
+    let found = trigger
         .artifacts
         .iter()
         .find(|a| a.name == requested)
@@ -72,7 +72,12 @@ pub fn authorize_read(
                     }
                 ),
             )
-        })
+        })?;
+    super::labels::check_label_count(
+        &super::labels::after_read(&run.labels, &found),
+        &format!("reading {requested:?}"),
+    )?;
+    Ok(found)
 }
 
 #[cfg(test)]

@@ -55,18 +55,29 @@ pub fn close_outcome(
     if status != RunStatus::Succeeded {
         return withhold(WithheldReason::NotSucceeded { status });
     }
+    // `final_answer` is built in: a succeeded run's closing answer goes
+    // out with every event it publishes, declared or not.
+    let final_answer = artifacts.iter().find(|a| a.name == FINAL_ANSWER);
     let published = opened_on
         .emits
         .iter()
-        .map(|decl| AgentEventOut {
-            event_id: crate::model::ids::agent_event_id(&run.run, &decl.event),
-            event: decl.event.clone(),
-            context: decl.context.clone(),
-            artifacts: decl
+        .map(|decl| {
+            let mut exposed: Vec<ArtifactRef> = decl
                 .artifacts
                 .iter()
                 .filter_map(|name| artifacts.iter().find(|a| &a.name == name).cloned())
-                .collect(),
+                .collect();
+            if let Some(fa) =
+                final_answer.filter(|_| !decl.artifacts.iter().any(|n| n == FINAL_ANSWER))
+            {
+                exposed.push(fa.clone());
+            }
+            AgentEventOut {
+                event_id: crate::model::ids::agent_event_id(&run.run, &decl.event),
+                event: decl.event.clone(),
+                context: decl.context.clone(),
+                artifacts: exposed,
+            }
         })
         .collect();
     (published, None)
@@ -176,6 +187,36 @@ pub(crate) mod tests {
         assert_eq!(published.len(), 1);
         assert_eq!(published[0].event, "code.ready");
         assert_eq!(published[0].artifacts, vec![patch]);
+    }
+
+    #[test]
+    fn final_answer_goes_out_with_every_event_of_a_succeeded_run_declared_or_not() {
+        let v = version("developer", &[("code.ready", &["patch"]), ("noted", &[])]);
+        let run = run_at("r1", Some("r1"), Some(0));
+        let art = |name: &str| ArtifactRef {
+            name: name.into(),
+            sha256: [0x11; 32],
+            size: 1,
+            source_run: "r1".into(),
+            labels: vec![],
+        };
+        let arts = [art("patch"), art(FINAL_ANSWER), art("scratch")];
+        let (published, _) = close_outcome(&run, &v, RunStatus::Succeeded, &arts);
+        let names = |i: usize| -> Vec<&str> {
+            published[i]
+                .artifacts
+                .iter()
+                .map(|a| a.name.as_str())
+                .collect()
+        };
+        assert_eq!(names(0), ["patch", FINAL_ANSWER]);
+        assert_eq!(names(1), [FINAL_ANSWER]);
+        // Declared explicitly, it goes out once.
+        let v = version("developer", &[("code.ready", &[FINAL_ANSWER])]);
+        let (published, _) = close_outcome(&run, &v, RunStatus::Succeeded, &arts);
+        assert_eq!(published[0].artifacts.len(), 1);
+        let (published, _) = close_outcome(&run, &v, RunStatus::Failed, &arts);
+        assert!(published.is_empty());
     }
 
     #[test]

@@ -2,8 +2,66 @@
 //! the labels of everything it read and those its close adds; what it
 //! publishes carries all of its run's labels.
 
+use crate::error::Refusal;
+use crate::limits::{MAX_LABELS_PER_RUN, MAX_LABEL_BYTES};
 use crate::model::scope::{area_label, area_of_label, scope_within};
 use crate::model::ArtifactRef;
+
+/// Characters that change how text around them reads without being seen:
+/// bidirectional overrides and isolates, zero-width characters, and the
+/// other invisible format characters. A label holding one could show as
+/// another label (`untrusted` vs `un\u{200B}trusted`) in a trail.
+fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+        | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}'
+        | '\u{FFA0}' | '\u{FFF0}'..='\u{FFFB}' | '\u{1D173}'..='\u{1D17A}'
+        | '\u{E0000}'..='\u{E0FFF}')
+}
+
+/// Whether a string shows as what it is: no control, white space or
+/// invisible characters.
+pub fn plainly_visible(s: &str) -> bool {
+    !s.chars()
+        .any(|c| c.is_control() || c.is_whitespace() || invisible(c))
+}
+
+/// A label a caller adds: 1 to [`MAX_LABEL_BYTES`] bytes that show as what
+/// they are (`invalid_label` otherwise).
+pub fn check_label(label: &str) -> Result<(), Refusal> {
+    let why = if label.is_empty() {
+        "is empty"
+    } else if label.len() > MAX_LABEL_BYTES {
+        "is too long"
+    } else if !plainly_visible(label) {
+        "holds white space, a control character or an invisible character"
+    } else {
+        return Ok(());
+    };
+    Err(Refusal::new(
+        "invalid_label",
+        format!(
+            "label {:?} {why} (labels are 1 to {MAX_LABEL_BYTES} bytes of visible characters)",
+            label.chars().take(MAX_LABEL_BYTES).collect::<String>()
+        ),
+    ))
+}
+
+/// A run may carry at most [`MAX_LABELS_PER_RUN`] labels
+/// (`too_many_labels`): every artifact it publishes carries all of them.
+pub fn check_label_count(labels: &[String], what: &str) -> Result<(), Refusal> {
+    if labels.len() > MAX_LABELS_PER_RUN {
+        return Err(Refusal::new(
+            "too_many_labels",
+            format!(
+                "{what} would give the run {} labels; a run carries at most {MAX_LABELS_PER_RUN}",
+                labels.len()
+            ),
+        ));
+    }
+    Ok(())
+}
 
 /// Sorted union of label lists.
 pub fn union(lists: &[&[String]]) -> Vec<String> {

@@ -1,0 +1,492 @@
+//! Every decoder of outside bytes, fed arbitrary and mutated input: apply
+//! lines, the record codec (envelope and body), embedded log frames,
+//! checkpoint JSON and export files. Each must answer a clear error or a
+//! value, never panic. The suite runs a few thousand cases per decoder
+//! (`tests/decoders.rs`); `cargo run --release --example fuzz_decoders`
+//! runs a million each.
+#![allow(dead_code)]
+
+use agentledger::apply::{ops::parse_request, parse_line};
+use agentledger::audit::checkpoint::Checkpoint;
+use agentledger::codec;
+use agentledger::log::embedded::{scan_segment, EmbeddedConfig, EmbeddedLog};
+use agentledger::log::{Log, Topic};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use serde_json::{json, Value};
+use std::sync::OnceLock;
+
+/// An error must say something.
+fn clear(what: &str, message: String) -> Result<(), TestCaseError> {
+    prop_assert!(!message.trim().is_empty(), "{what}: an empty error message");
+    Ok(())
+}
+
+/// An `apply` line: parsed strictly, then into its operation.
+pub fn apply_line(bytes: &[u8]) -> Result<(), TestCaseError> {
+    match parse_line(bytes) {
+        Err(answer) => {
+            prop_assert_eq!(&answer["ok"], &json!(false));
+            prop_assert!(answer["error"]["code"]
+                .as_str()
+                .is_some_and(|c| !c.is_empty()));
+            clear("apply line", answer["error"]["message"].to_string())
+        }
+        Ok(v) => match parse_request(&v) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                prop_assert!(!e.code().is_empty());
+                clear("apply op", e.to_string())
+            }
+        },
+    }
+}
+
+/// A ledger record, through every way the engine reads one.
+pub fn codec_record(bytes: &[u8]) -> Result<(), TestCaseError> {
+    if let Err(e) = codec::decode(bytes) {
+        clear("decode", e.to_string())?;
+    }
+    if let Err(e) = codec::decode_envelope(bytes) {
+        clear("decode_envelope", e.to_string())?;
+    }
+    match codec::check_digest(bytes) {
+        Ok(len) => prop_assert!(len <= bytes.len()),
+        Err(e) => clear("check_digest", e.to_string())?,
+    }
+    if let Err(e) = codec::decode_for_projection(bytes) {
+        clear("decode_for_projection", e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The bytes of an embedded log segment.
+pub fn segment(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let scan = scan_segment(bytes);
+    let len = bytes.len() as u64;
+    prop_assert!(scan.frames.windows(2).all(|w| w[0] < w[1]));
+    prop_assert!(scan.frames.iter().all(|&f| f < len));
+    if let Some(bad) = scan.bad {
+        prop_assert!(bad.at <= len);
+        prop_assert!(scan.frames.iter().all(|&f| f < bad.at));
+        clear("segment", bad.why)?;
+    }
+    Ok(())
+}
+
+/// A record of the checkpoints topic, as `verify` and the projector read it.
+pub fn checkpoint_json(bytes: &[u8]) -> Result<(), TestCaseError> {
+    match serde_json::from_slice::<Checkpoint>(bytes) {
+        Ok(cp) => {
+            if let Err(why) = cp.self_check() {
+                clear("checkpoint self check", why)?;
+            }
+            let _ = cp.digest_at(cp.from);
+            let _ = cp.topic();
+            Ok(())
+        }
+        Err(e) => clear("checkpoint", e.to_string()),
+    }
+}
+
+/// An export file, checked alone.
+pub fn export_text(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return Ok(()); // `verify --export` refuses it when reading the file
+    };
+    match agentledger::audit::verify::verify_export(text) {
+        Ok(report) => {
+            for m in &report.mismatches {
+                clear("export mismatch", m.to_string())?;
+            }
+            Ok(())
+        }
+        Err(e) => clear("export", e),
+    }
+}
+
+/// Valid inputs of each kind, to mutate.
+pub struct Seeds {
+    pub records: Vec<Vec<u8>>,
+    pub segment: Vec<u8>,
+    pub checkpoint: Vec<u8>,
+    pub export: Vec<u8>,
+    pub lines: Vec<Vec<u8>>,
+}
+
+/// Built once per process from a small real ledger.
+pub fn seeds() -> &'static Seeds {
+    static SEEDS: OnceLock<Seeds> = OnceLock::new();
+    SEEDS.get_or_init(build_seeds)
+}
+
+fn build_seeds() -> Seeds {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EmbeddedConfig {
+        ledger_partitions: 1,
+        ..EmbeddedConfig::default()
+    };
+    let lines: Vec<Value> = vec![
+        json!({"op":"publish_agent","agent":"dev","scope":"acme/platform","listens":["review.done"],
+            "emits":[{"event":"code.ready","context":"c","artifacts":["patch"]}]}),
+        json!({"op":"publish_agent","agent":"rev","scope":"acme/platform","listens":["code.ready"],
+            "emits":[{"event":"review.done","context":"c","artifacts":["review"]}]}),
+        json!({"op":"open_run","run":"r1","agent":"dev"}),
+        json!({"op":"close_run","run":"r1","status":"succeeded","summary":"s",
+            "artifacts":{"patch":"p","final_answer":{"content_b64":"AAEC"}},"labels":["untrusted"]}),
+        json!({"op":"dispatch"}),
+        json!({"op":"open_run","run":"m1","agent":"dev"}),
+        json!({"op":"open_task","task":"t1","run":"m1","task_context":{"TaskID":"T","UserQuery":"q",
+            "TaskName":"n","TaskDescription":"d","GoalStatus":[],"OverallStatus":"open"}}),
+        json!({"op":"put_blob","task":"t1","content":"doc","ttl_s":60}),
+        json!({"op":"get_context","task":"t1","agent":"nobody"}),
+    ];
+    {
+        let opts = agentledger::engine::EngineOptions {
+            embedded: config.clone(),
+            ..agentledger::engine::EngineOptions::default()
+        };
+        let mut engine = agentledger::engine::Engine::open_embedded(dir.path(), opts).unwrap();
+        for l in &lines {
+            let _ = agentledger::apply::apply_value(&mut engine, l);
+        }
+        engine.checkpoint(true).unwrap();
+    }
+    let log = EmbeddedLog::open(dir.path().join("log"), &config).unwrap();
+    let records: Vec<Vec<u8>> = [Topic::Ledger, Topic::Registry]
+        .into_iter()
+        .flat_map(|t| log.read(t, 0, 0, 1000).unwrap())
+        .map(|r| r.payload)
+        .collect();
+    let segment = std::fs::read(dir.path().join("log/ledger/0/00000000000000000000.seg")).unwrap();
+    let checkpoint = log
+        .read(Topic::Checkpoints, 0, 0, 1)
+        .unwrap()
+        .pop()
+        .unwrap()
+        .payload;
+    let export = {
+        let engine = agentledger::engine::Engine::open_embedded(
+            dir.path(),
+            agentledger::engine::EngineOptions {
+                embedded: config,
+                ..agentledger::engine::EngineOptions::default()
+            },
+        )
+        .unwrap();
+        let steps =
+            agentledger::report::collect_trail(engine.views(), engine.log().as_ref(), "r1", true)
+                .unwrap();
+        let cps: Vec<Checkpoint> = agentledger::audit::checkpoint::read_all(engine.log().as_ref())
+            .unwrap()
+            .into_iter()
+            .filter_map(|(_, c)| c.ok())
+            .collect();
+        let mut out = Vec::new();
+        agentledger::audit::export::write_export(
+            engine.log().as_ref(),
+            json!({"chain": "r1"}),
+            &steps,
+            &cps,
+            &mut out,
+        )
+        .unwrap();
+        out
+    };
+    Seeds {
+        records,
+        segment,
+        checkpoint,
+        export,
+        lines: lines.iter().map(|l| l.to_string().into_bytes()).collect(),
+    }
+}
+
+/// One edit of a byte string.
+#[derive(Debug, Clone)]
+enum Edit {
+    Flip(usize, u8),
+    Set(usize, u8),
+    Insert(usize, Vec<u8>),
+    Remove(usize, usize),
+    Truncate(usize),
+}
+
+fn apply_edits(mut bytes: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
+    for e in edits {
+        let n = bytes.len().max(1);
+        match e {
+            Edit::Flip(i, bit) => {
+                if !bytes.is_empty() {
+                    bytes[i % n] ^= 1 << (bit % 8);
+                }
+            }
+            Edit::Set(i, v) => {
+                if !bytes.is_empty() {
+                    bytes[i % n] = *v;
+                }
+            }
+            Edit::Insert(i, v) => {
+                let at = i % (bytes.len() + 1);
+                bytes.splice(at..at, v.iter().copied());
+            }
+            Edit::Remove(i, len) => {
+                let at = i % n;
+                let end = (at + len % 64).min(bytes.len());
+                if at < end {
+                    bytes.drain(at..end);
+                }
+            }
+            Edit::Truncate(i) => bytes.truncate(i % n),
+        }
+    }
+    bytes
+}
+
+fn edits() -> impl Strategy<Value = Vec<Edit>> {
+    let edit = prop_oneof![
+        4 => (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Edit::Flip(i, b)),
+        3 => (any::<usize>(), prop_oneof![Just(0u8), Just(0xff), Just(250), Just(251), Just(252), Just(253), any::<u8>()])
+            .prop_map(|(i, v)| Edit::Set(i, v)),
+        1 => (any::<usize>(), proptest::collection::vec(any::<u8>(), 1..16)).prop_map(|(i, v)| Edit::Insert(i, v)),
+        1 => (any::<usize>(), any::<usize>()).prop_map(|(i, l)| Edit::Remove(i, l)),
+        1 => any::<usize>().prop_map(Edit::Truncate),
+    ];
+    proptest::collection::vec(edit, 1..6)
+}
+
+/// Arbitrary bytes, bytes that pass a first check (`prefix`), or a valid
+/// input with a few edits.
+fn inputs(valid: Vec<Vec<u8>>, prefix: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
+    let n = valid.len();
+    prop_oneof![
+        2 => proptest::collection::vec(any::<u8>(), 0..512),
+        2 => proptest::collection::vec(any::<u8>(), 0..512).prop_map(move |tail| {
+            let mut v = prefix.clone();
+            v.extend(tail);
+            v
+        }),
+        6 => (0..n, edits()).prop_map(move |(i, e)| apply_edits(valid[i].clone(), &e)),
+    ]
+}
+
+/// A value a JSON field may be given in place of the right one.
+fn any_json_leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        Just(json!(u64::MAX)),
+        Just(json!(-1)),
+        any::<f64>().prop_map(|f| json!(f)),
+        ".{0,40}".prop_map(Value::from),
+        "[0-9a-f]{0,70}".prop_map(Value::from),
+        Just(json!([])),
+        Just(json!({})),
+    ]
+}
+
+/// Valid JSON lines with one field of one line (nested fields too) given
+/// another value: what a forger or a broken tool writes.
+fn json_field_edits(valid: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
+    let text = String::from_utf8(valid).unwrap_or_default();
+    let lines: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let n = lines.len().max(1);
+    (0..n, any::<usize>(), any::<usize>(), any_json_leaf()).prop_map(
+        move |(line, field, nested, value)| {
+            let mut lines = lines.clone();
+            if let Some(Value::Object(o)) = lines.get_mut(line) {
+                let keys: Vec<String> = o.keys().cloned().collect();
+                if let Some(k) = keys.get(field % keys.len().max(1)) {
+                    match o.get_mut(k) {
+                        Some(Value::Object(inner)) if nested % 2 == 0 && !inner.is_empty() => {
+                            let ik: Vec<String> = inner.keys().cloned().collect();
+                            inner.insert(ik[nested % ik.len()].clone(), value);
+                        }
+                        Some(slot) => *slot = value,
+                        None => {}
+                    }
+                }
+            }
+            lines
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+                .into_bytes()
+        },
+    )
+}
+
+/// JSON-shaped operations: known and unknown op names, with arbitrary and
+/// mistyped fields.
+fn op_lines() -> impl Strategy<Value = Vec<u8>> {
+    let name = prop_oneof![
+        Just("publish_agent"),
+        Just("open_run"),
+        Just("read_artifact"),
+        Just("close_run"),
+        Just("dispatch"),
+        Just("open_task"),
+        Just("update_task"),
+        Just("put_blob"),
+        Just("send_context"),
+        Just("get_context"),
+        Just("get_blob"),
+        Just("return_context"),
+        Just("evaluate"),
+        Just("nope"),
+    ];
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_map(|f| json!(f)),
+        ".{0,12}".prop_map(Value::from),
+    ];
+    let value = leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+            proptest::collection::btree_map("[a-z_]{1,12}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    });
+    let field = prop_oneof![
+        Just("run"),
+        Just("agent"),
+        Just("scope"),
+        Just("listens"),
+        Just("emits"),
+        Just("status"),
+        Just("artifacts"),
+        Just("labels"),
+        Just("task"),
+        Just("content"),
+        Just("content_b64"),
+        Just("uri"),
+        Just("mode"),
+        Just("agent_context"),
+        Just("task_context"),
+        Just("subtask"),
+        Just("decision"),
+        Just("name"),
+        Just("ttl_s"),
+        Just("access"),
+        Just("base64"),
+        Just("x"),
+    ];
+    (name, proptest::collection::vec((field, value), 0..6)).prop_map(|(op, fields)| {
+        let mut o = serde_json::Map::new();
+        o.insert("op".into(), json!(op));
+        for (k, v) in fields {
+            o.insert(k.into(), v);
+        }
+        Value::Object(o).to_string().into_bytes()
+    })
+}
+
+/// Run `check` over `cases` inputs from `strategy`; panics naming the
+/// (shrunk) input that failed.
+fn run(
+    name: &str,
+    cases: u32,
+    strategy: impl Strategy<Value = Vec<u8>>,
+    check: fn(&[u8]) -> Result<(), TestCaseError>,
+) {
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    match runner.run(&strategy, |input| check(&input)) {
+        Ok(()) => {}
+        Err(TestError::Fail(why, input)) => {
+            panic!(
+                "{name}: {why} for input {:?}",
+                String::from_utf8_lossy(&input)
+            )
+        }
+        Err(e) => panic!("{name}: {e}"),
+    }
+}
+
+/// A decoder's name and its run over a number of cases.
+pub type Decoder = (&'static str, Box<dyn Fn()>);
+
+/// The decoders, by name, each with its inputs and check.
+pub fn all(cases: u32) -> Vec<Decoder> {
+    let s = seeds();
+    vec![
+        (
+            "apply line",
+            Box::new(move || {
+                run(
+                    "apply line (bytes)",
+                    cases / 2,
+                    inputs(s.lines.clone(), b"{\"op\":".to_vec()),
+                    apply_line,
+                );
+                run(
+                    "apply line (ops)",
+                    cases - cases / 2,
+                    op_lines(),
+                    apply_line,
+                );
+            }),
+        ),
+        (
+            "codec record",
+            Box::new(move || {
+                let version = codec::SCHEMA_VERSION.to_le_bytes().to_vec();
+                run(
+                    "codec record",
+                    cases,
+                    inputs(s.records.clone(), version),
+                    codec_record,
+                )
+            }),
+        ),
+        (
+            "log frames",
+            Box::new(move || {
+                let header = s.segment[..12].to_vec();
+                run(
+                    "log frames",
+                    cases,
+                    inputs(vec![s.segment.clone()], header),
+                    segment,
+                )
+            }),
+        ),
+        (
+            "checkpoint json",
+            Box::new(move || {
+                let bytes = inputs(vec![s.checkpoint.clone()], b"{\"schema\":".to_vec());
+                let fields = json_field_edits(s.checkpoint.clone());
+                run(
+                    "checkpoint json",
+                    cases,
+                    prop_oneof![bytes, fields],
+                    checkpoint_json,
+                )
+            }),
+        ),
+        (
+            "export file",
+            Box::new(move || {
+                let bytes = inputs(vec![s.export.clone()], b"{\"type\":\"record\",".to_vec());
+                let fields = json_field_edits(s.export.clone());
+                run(
+                    "export file",
+                    cases,
+                    prop_oneof![bytes, fields],
+                    export_text,
+                )
+            }),
+        ),
+    ]
+}
