@@ -39,6 +39,11 @@ pub const MAX_ACCESS_SCOPES: usize = 64;
 /// Longest scope, in bytes (refused `invalid_scope`).
 pub const MAX_SCOPE_BYTES: usize = 200;
 
+/// Bytes of AgentContext (compact JSON) one task may hold, sent and
+/// returned, across its subtasks (refused `limit_exceeded`): the task's
+/// state holds them all and is read by every exchange.
+pub const MAX_TASK_CONTEXT_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Listener records the dispatcher writes in one step: a run whose event
 /// many agents listen to is dispatched in steps of this many.
 pub const DISPATCH_STEP: usize = 64;

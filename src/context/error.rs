@@ -118,6 +118,13 @@ pub enum ContextError {
     AlreadyEvaluated { subtask: String },
     #[error("subtask {subtask} has not been returned yet")]
     NotReturned { subtask: String },
+    /// The task would hold more context than it may.
+    #[error("task {task:?} would hold {bytes} bytes of AgentContext, over the limit of {limit}")]
+    ContextBudget {
+        task: String,
+        bytes: u64,
+        limit: u64,
+    },
     /// An id the caller chose is not a valid name.
     #[error("{what} {name:?} is not a valid name (letters, digits, - _ . :; 1 to 128)")]
     InvalidName { what: &'static str, name: String },
@@ -159,6 +166,7 @@ impl ContextError {
             ContextError::NotReturned { .. } => "not_returned",
             ContextError::RunClosed { .. } => "run_closed",
             ContextError::InvalidName { .. } => "invalid_name",
+            ContextError::ContextBudget { .. } => "limit_exceeded",
             ContextError::MediaTypeMismatch { .. } => "media_type_mismatch",
         }
     }

@@ -49,7 +49,7 @@ pub use rules::{
 pub use schema::{
     validate_agent_context, validate_task_context, AGENT_CONTEXT_SCHEMA, TASK_CONTEXT_SCHEMA,
 };
-pub use state::{evolve, ContextEvent, Decision, Mode, Outcome, Subtask, TaskState};
+pub use state::{context_size, evolve, ContextEvent, Decision, Mode, Outcome, Subtask, TaskState};
 pub use types::{
     is_passing_status, AgentContext, CompressionPolicy, ContextItem, ContextType, CriterionResult,
     EvaluationPolicy, EvaluationResult, GoalStatus, ItemStateUpdate, KeyInformation, Priority,

@@ -102,6 +102,20 @@ fn media_essence(media_type: &str) -> String {
         .to_ascii_lowercase()
 }
 
+/// A task holds at most `limits::MAX_TASK_CONTEXT_BYTES` of contexts.
+fn check_budget(state: &TaskState, ctx: &AgentContext) -> Result<(), ContextError> {
+    let limit = crate::limits::MAX_TASK_CONTEXT_BYTES;
+    let bytes = state.context_bytes + super::state::context_size(ctx);
+    if bytes > limit {
+        return Err(ContextError::ContextBudget {
+            task: state.task.clone(),
+            bytes,
+            limit,
+        });
+    }
+    Ok(())
+}
+
 /// Open a task for `master_run` with its TaskContext (validated).
 /// `existing` is the state already recorded under `task`, if any: a task is
 /// opened once (`task_exists`), after which only `update_task` changes it.
@@ -234,6 +248,7 @@ pub fn decide_send(
     }
     check_items(&ctx)?;
     check_references(state, &ctx, Checked::AtSend(now))?;
+    check_budget(state, &ctx)?;
     if let Some(policy) = &ctx.compression_policy {
         for (i, path) in policy.must_preserve_fields.iter().enumerate() {
             parse_field_path(path).map_err(|e| {
@@ -359,6 +374,7 @@ pub fn decide_return(
     }
     check_items(&ctx)?;
     check_references(state, &ctx, Checked::AtReturn)?;
+    check_budget(state, &ctx)?;
     let layer1 = layer_one(&subtask.sent, &ctx, resolve);
     Ok(ContextEvent::ContextReturned {
         task: state.task.clone(),

@@ -83,6 +83,14 @@ pub struct TaskState {
     pub grants: Grants,
     /// ContextURI → what the ledger keeps about the content (outlives it).
     pub blobs: BTreeMap<String, BlobMeta>,
+    /// Compact JSON bytes of every AgentContext sent and returned so far
+    /// (bounded by `limits::MAX_TASK_CONTEXT_BYTES`).
+    pub context_bytes: u64,
+}
+
+/// Compact JSON size of a context: what a task's budget counts.
+pub fn context_size(ctx: &AgentContext) -> u64 {
+    serde_json::to_vec(ctx).map_or(0, |v| v.len() as u64)
 }
 
 impl TaskState {
@@ -116,6 +124,7 @@ impl TaskState {
                 if self.subtask(subtask).is_some() {
                     return;
                 }
+                self.context_bytes += context_size(context);
                 let granted = self.grants.entry(agent.clone()).or_default();
                 granted.extend(context.context_items.iter().map(|i| i.context_uri.clone()));
                 self.subtasks.push(Subtask {
@@ -135,6 +144,9 @@ impl TaskState {
                 ..
             } => {
                 if let Some(s) = self.subtasks.iter_mut().find(|s| &s.id == subtask) {
+                    if s.returned.is_none() {
+                        self.context_bytes += context_size(context);
+                    }
                     s.returned = Some(context.clone());
                     s.layer1 = Some(layer1.clone());
                 }
@@ -196,6 +208,7 @@ pub fn evolve(state: Option<TaskState>, event: &ContextEvent) -> Option<TaskStat
             subtasks: Vec::new(),
             grants: Grants::new(),
             blobs: BTreeMap::new(),
+            context_bytes: 0,
         }),
         (Some(mut s), e) => {
             s.apply(e);
