@@ -72,6 +72,72 @@ fn race(a: &mut Engine, b: &mut Engine) {
     );
 }
 
+/// The loop search sees every version the log holds, another writer's
+/// too: B's index was built before A published `tester`.
+fn loops_through_another_writers_publish(a: &mut Engine, b: &mut Engine) {
+    ok(
+        a,
+        json!({"op":"publish_agent","agent":"developer","scope":"acme/platform",
+            "listens":["review.done"],"emits":[{"event":"code.ready","context":"c"}]}),
+    );
+    ok(
+        b,
+        json!({"op":"publish_agent","agent":"bystander","scope":"acme/platform"}),
+    );
+    ok(
+        a,
+        json!({"op":"publish_agent","agent":"tester","scope":"acme/platform",
+            "listens":["review.done"],"emits":[{"event":"code.ready","context":"c"}]}),
+    );
+    let published = ok(
+        b,
+        json!({"op":"publish_agent","agent":"reviewer","scope":"acme/platform",
+            "listens":["code.ready"],"emits":[{"event":"review.done","context":"c"}]}),
+    );
+    let loops: Vec<&str> = published["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        loops,
+        [
+            "reviewer → developer → reviewer",
+            "reviewer → tester → reviewer"
+        ]
+    );
+}
+
+#[test]
+fn embedded_loop_search_sees_another_writers_versions() {
+    let d = tempfile::tempdir().unwrap();
+    let log =
+        Arc::new(EmbeddedLog::open(d.path().join("log"), &EmbeddedConfig::default()).unwrap());
+    let engine = |name: &str| {
+        Engine::with_parts(
+            log.clone(),
+            Views::open(d.path().join(format!("views-{name}"))).unwrap(),
+            ContentStore::open(d.path().join(format!("blobs-{name}"))).unwrap(),
+            stale_ok(),
+        )
+    };
+    let (mut a, mut b) = (engine("a"), engine("b"));
+    loops_through_another_writers_publish(&mut a, &mut b);
+}
+
+#[test]
+fn kafka_loop_search_sees_another_writers_versions() {
+    let cfg = KafkaConfig {
+        topic_prefix: support::unique_prefix("loops"),
+        ..KafkaConfig::new(support::required_env(support::KAFKA_ENV))
+    };
+    let d = tempfile::tempdir().unwrap();
+    let mut a = Engine::open_kafka(d.path().join("a"), &cfg, stale_ok()).unwrap();
+    let mut b = Engine::open_kafka(d.path().join("b"), &cfg, stale_ok()).unwrap();
+    loops_through_another_writers_publish(&mut a, &mut b);
+}
+
 #[test]
 fn embedded_two_writers_conflict_and_catch_up() {
     let d = tempfile::tempdir().unwrap();

@@ -104,9 +104,10 @@ pub struct Engine {
     views: Views,
     store: ContentStore,
     opts: EngineOptions,
-    /// In-memory index of current agent versions for the loop search;
-    /// built from the views on first use.
-    agent_index: Option<AgentIndex>,
+    /// In-memory index of current agent versions for the loop search, and
+    /// the registry offset it is up to date with; built from the views on
+    /// first use (see `registry::agent_index`).
+    agent_index: Option<(AgentIndex, u64)>,
     /// When the views last caught up with the whole log.
     caught_up_at: Option<std::time::Instant>,
     recent: recent::RecentDigests,

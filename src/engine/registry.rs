@@ -49,22 +49,55 @@ fn check_names(what: &str, names: &[String]) -> Result<()> {
 }
 
 impl Engine {
+    /// The loop search's index of current versions, up to date with every
+    /// version the views hold: built once, then brought up to date from the
+    /// registry records projected since (another writer's publishes too).
     fn agent_index(&mut self) -> Result<&mut AgentIndex> {
-        if self.agent_index.is_none() {
-            let mut index = AgentIndex::default();
-            for a in self.views.agents()? {
-                if let Some(v) = self.views.version(&a.agent, a.current)? {
-                    index.upsert(node_of(&v));
+        let projected = self.views.offset(Topic::Registry, 0)?;
+        match self.agent_index.take() {
+            Some((mut index, seen)) if seen <= projected => {
+                let mut at = seen;
+                while at < projected {
+                    let recs = self.log.read(Topic::Registry, 0, at, 1024)?;
+                    let Some(last) = recs.last().map(|r| r.offset) else {
+                        break;
+                    };
+                    for r in recs.iter().filter(|r| r.offset < projected) {
+                        let rec = crate::codec::decode_for_projection(&r.payload)?;
+                        if let LedgerEvent::AgentPublished(v) = rec.event {
+                            // A late older version never replaces a newer one.
+                            if let Some(current) = self.views.current_version(&v.agent)? {
+                                index.upsert(node_of(&current));
+                            }
+                        }
+                    }
+                    at = last + 1;
                 }
+                self.agent_index = Some((index, projected));
             }
-            self.agent_index = Some(index);
+            _ => {
+                let mut index = AgentIndex::default();
+                for a in self.views.agents()? {
+                    if let Some(v) = self.views.version(&a.agent, a.current)? {
+                        index.upsert(node_of(&v));
+                    }
+                }
+                self.agent_index = Some((index, projected));
+            }
         }
-        Ok(self.agent_index.get_or_insert_with(AgentIndex::default))
+        Ok(&mut self
+            .agent_index
+            .get_or_insert_with(|| (AgentIndex::default(), 0))
+            .0)
     }
 
     /// Publish a new version of an agent. Loops it closes are warned about,
     /// never refused (R10).
     pub fn publish_agent(&mut self, req: PublishAgent) -> Result<PublishAnswer> {
+        // Publishing is rare and both the version number and the loop
+        // search depend on every version published so far, another
+        // writer's included: decide on the whole registry.
+        self.catch_up(&|_| {})?;
         check_names("agent", std::slice::from_ref(&req.agent))?;
         use crate::limits::{check_count, MAX_ACCESS_SCOPES, MAX_ARTIFACTS_PER_EMIT};
         check_count(
@@ -147,6 +180,7 @@ impl Engine {
             loop_check: loop_check.clone(),
             ..candidate
         };
+        let before = self.views.offset(Topic::Registry, 0)?;
         self.commit(vec![Pending {
             topic: Topic::Registry,
             key: req.agent.clone(),
@@ -154,7 +188,14 @@ impl Engine {
             step: 0,
             event: LedgerEvent::AgentPublished(version_rec.clone()),
         }])?;
-        self.agent_index()?.upsert(node_of(&version_rec));
+        // Our own record alone landed: the index takes it without reading
+        // it back from the log.
+        if let Some((index, seen)) = &mut self.agent_index {
+            if *seen == before && self.views.offset(Topic::Registry, 0)? == before + 1 {
+                index.upsert(node_of(&version_rec));
+                *seen = before + 1;
+            }
+        }
         Ok(PublishAnswer {
             agent: req.agent,
             version,
