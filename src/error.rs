@@ -1,6 +1,7 @@
 //! Typed errors of the library. Each refusal a user can cause has a stable
 //! snake_case code; the binary turns them into answers and exit codes.
 
+pub use crate::codes::Code;
 use crate::log::LogError;
 
 /// A refusal: the request was understood but the ledger will not do it.
@@ -8,12 +9,12 @@ use crate::log::LogError;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct Refusal {
-    pub code: &'static str,
+    pub code: Code,
     pub message: String,
 }
 
 impl Refusal {
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
@@ -43,7 +44,7 @@ pub enum LedgerError {
 impl From<LogError> for LedgerError {
     fn from(e: LogError) -> Self {
         match e {
-            LogError::TooLarge { .. } => Refusal::new("too_large", e.to_string()).into(),
+            LogError::TooLarge { .. } => Refusal::new(Code::TooLarge, e.to_string()).into(),
             e => LedgerError::Log(e),
         }
     }
@@ -53,7 +54,7 @@ impl From<crate::content_store::StoreError> for LedgerError {
     fn from(e: crate::content_store::StoreError) -> Self {
         match e {
             crate::content_store::StoreError::TooLarge { .. } => {
-                Refusal::new("too_large", e.to_string()).into()
+                Refusal::new(Code::TooLarge, e.to_string()).into()
             }
             e => LedgerError::Store(e),
         }
@@ -62,14 +63,14 @@ impl From<crate::content_store::StoreError> for LedgerError {
 
 impl LedgerError {
     /// The stable code of a refusal, or a generic code for internal failures.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
             LedgerError::Refused(r) => r.code,
-            LedgerError::Log(_) => "log_error",
-            LedgerError::Codec(_) => "corrupt_record",
-            LedgerError::Views(_) => "view_error",
-            LedgerError::Store(_) => "content_store_error",
-            LedgerError::Other(_) => "internal_error",
+            LedgerError::Log(_) => Code::LogError,
+            LedgerError::Codec(_) => Code::CorruptRecord,
+            LedgerError::Views(_) => Code::ViewError,
+            LedgerError::Store(_) => Code::ContentStoreError,
+            LedgerError::Other(_) => Code::InternalError,
         }
     }
 

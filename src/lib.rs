@@ -14,6 +14,7 @@
 pub mod apply;
 pub mod audit;
 pub mod codec;
+pub mod codes;
 pub mod content_store;
 pub mod context;
 pub mod engine;

@@ -4,6 +4,8 @@
 //! fault: a refusal naming the limit, after which the next operation
 //! applies as usual. The README's table of limits lists these.
 
+use crate::codes::Code;
+
 /// Longest `apply` line (and, later, request body), without its line end.
 pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 
@@ -51,7 +53,7 @@ pub const DISPATCH_STEP: usize = 64;
 /// A count over its limit, as a refusal.
 pub fn exceeded(what: &str, count: usize, limit: usize) -> crate::error::Refusal {
     crate::error::Refusal::new(
-        "limit_exceeded",
+        Code::LimitExceeded,
         format!("{what}: {count}, over the limit of {limit}"),
     )
 }

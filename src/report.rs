@@ -2,6 +2,7 @@
 //! closing step spelled out; or one JSON object per step.
 
 use crate::codec;
+use crate::codes::Code;
 use crate::context::{ContextEvent, Mode, Outcome};
 use crate::error::{LedgerError, Refusal, Result};
 use crate::log::{Log, Topic};
@@ -19,7 +20,7 @@ pub fn collect_trail(
 ) -> Result<Vec<(String, TrailStep)>> {
     let state = views
         .run(run)?
-        .ok_or_else(|| Refusal::new("unknown_run", format!("no run {run:?} in the ledger")))?;
+        .ok_or_else(|| Refusal::new(Code::UnknownRun, format!("no run {run:?} in the ledger")))?;
     let runs = match (&state.root, whole_chain) {
         (Some(root), true) => views
             .chain(root)?

@@ -35,7 +35,7 @@ fn apply_retrying(engine: &mut Engine, op: Value, done_codes: &[&str]) {
     loop {
         match apply_value(engine, &op) {
             Ok(_) => return,
-            Err(e) if done_codes.contains(&e.code()) => return,
+            Err(e) if done_codes.contains(&e.code().as_str()) => return,
             Err(e) if e.code() == "log_error" || e.code() == "internal_error" => {
                 assert!(
                     started.elapsed() < Duration::from_secs(120),

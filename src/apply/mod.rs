@@ -8,6 +8,7 @@ pub use ops as ops_json;
 pub use ops::apply_value;
 
 use crate::engine::Engine;
+use crate::error::Code;
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 
@@ -16,7 +17,7 @@ use std::io::{BufRead, Write};
 pub use crate::limits::MAX_LINE_BYTES;
 
 /// The error answer of a line.
-pub fn error_answer(code: &str, message: impl Into<String>) -> Value {
+pub fn error_answer(code: Code, message: impl Into<String>) -> Value {
     json!({"ok": false, "error": {"code": code, "message": message.into()}})
 }
 
@@ -36,7 +37,7 @@ pub struct ApplySummary {
 pub fn parse_line(line: &[u8]) -> Result<Value, Value> {
     let text = std::str::from_utf8(line).map_err(|e| {
         error_answer(
-            "malformed_json",
+            Code::MalformedJson,
             format!(
                 "line is not valid UTF-8 (byte {} starts an invalid sequence)",
                 e.valid_up_to()
@@ -44,9 +45,9 @@ pub fn parse_line(line: &[u8]) -> Result<Value, Value> {
         )
     })?;
     let value: Value = serde_json::from_str(text)
-        .map_err(|e| error_answer("malformed_json", format!("line is not JSON: {e}")))?;
+        .map_err(|e| error_answer(Code::MalformedJson, format!("line is not JSON: {e}")))?;
     serde_json::from_str::<strict::NoDuplicateKeys>(text)
-        .map_err(|e| error_answer("invalid_request", format!("{e}")))?;
+        .map_err(|e| error_answer(Code::InvalidRequest, format!("{e}")))?;
     Ok(value)
 }
 
@@ -123,7 +124,7 @@ pub fn apply_stream(
         let (answer, machine) = match line {
             Err(len) => (
                 error_answer(
-                    "line_too_long",
+                    Code::LineTooLong,
                     format!("line of {len} bytes exceeds the limit of {max_line} bytes"),
                 ),
                 false,

@@ -2,7 +2,7 @@
 //! error, so a typo is never silently ignored), and its answer.
 
 use crate::engine::{CloseRun, Engine, PublishAgent};
-use crate::error::LedgerError;
+use crate::error::{Code, LedgerError};
 use crate::model::*;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -19,10 +19,10 @@ pub enum OpError {
 }
 
 impl OpError {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            OpError::BadRequest(_) => "invalid_request",
-            OpError::UnknownOp(_) => "unknown_op",
+            OpError::BadRequest(_) => Code::InvalidRequest,
+            OpError::UnknownOp(_) => Code::UnknownOp,
             OpError::Ledger(e) => e.code(),
         }
     }
@@ -473,7 +473,7 @@ fn decide_value(engine: &mut Engine, v: &Value) -> Result<Value, OpError> {
         Err(e)
             if !fresh
                 && request.may_name_the_unseen()
-                && matches!(e.code(), "unknown_agent" | "unknown_run") =>
+                && matches!(e.code(), Code::UnknownAgent | Code::UnknownRun) =>
         {
             engine.catch_up(&|_| {})?;
             apply_request(engine, &request)

@@ -57,7 +57,7 @@ pub fn serve(cli: &Cli, opts: &ServeOptions, shutdown: Arc<AtomicBool>) -> Resul
             // Another instance dispatched the same run first (this one was
             // too slow to notice its partition had moved): its records
             // stand, ours were kept out of the views. Carry on.
-            Err(LedgerError::Refused(r)) if r.code == "conflict" => {
+            Err(LedgerError::Refused(r)) if r.code == agentledger::codes::Code::Conflict => {
                 tracing::warn!("{}", r.message);
                 continue;
             }

@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+pub use crate::codes::Code;
 use serde::{Deserialize, Serialize};
 
 /// Which of the draft's two objects a schema violation is about.
@@ -144,30 +145,30 @@ pub enum ContextError {
 
 impl ContextError {
     /// Stable snake_case code of the refusal.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            ContextError::InvalidContext { .. } => "invalid_context",
-            ContextError::SchemaUnavailable { .. } => "schema_unavailable",
-            ContextError::NotYourContext { .. } => "not_your_context",
-            ContextError::NotMaster { .. } => "not_master",
-            ContextError::DependencyPending { .. } => "dependency_pending",
-            ContextError::SubtaskOutstanding { .. } => "subtask_outstanding",
-            ContextError::DuplicateSubtask { .. } => "duplicate_subtask",
-            ContextError::TaskExists { .. } => "task_exists",
-            ContextError::UnknownSubtask { .. } => "unknown_subtask",
-            ContextError::AlreadyReturned { .. } => "already_returned",
-            ContextError::DigestMismatch { .. } => "digest_mismatch",
-            ContextError::Expired { .. } => "expired",
-            ContextError::NotGranted { .. } => "not_granted",
-            ContextError::BadUri { .. } => "bad_uri",
-            ContextError::UnknownBlob { .. } => "unknown_blob",
-            ContextError::BlobMissing { .. } => "blob_missing",
-            ContextError::AlreadyEvaluated { .. } => "already_evaluated",
-            ContextError::NotReturned { .. } => "not_returned",
-            ContextError::RunClosed { .. } => "run_closed",
-            ContextError::InvalidName { .. } => "invalid_name",
-            ContextError::ContextBudget { .. } => "limit_exceeded",
-            ContextError::MediaTypeMismatch { .. } => "media_type_mismatch",
+            ContextError::InvalidContext { .. } => Code::InvalidContext,
+            ContextError::SchemaUnavailable { .. } => Code::SchemaUnavailable,
+            ContextError::NotYourContext { .. } => Code::NotYourContext,
+            ContextError::NotMaster { .. } => Code::NotMaster,
+            ContextError::DependencyPending { .. } => Code::DependencyPending,
+            ContextError::SubtaskOutstanding { .. } => Code::SubtaskOutstanding,
+            ContextError::DuplicateSubtask { .. } => Code::DuplicateSubtask,
+            ContextError::TaskExists { .. } => Code::TaskExists,
+            ContextError::UnknownSubtask { .. } => Code::UnknownSubtask,
+            ContextError::AlreadyReturned { .. } => Code::AlreadyReturned,
+            ContextError::DigestMismatch { .. } => Code::DigestMismatch,
+            ContextError::Expired { .. } => Code::Expired,
+            ContextError::NotGranted { .. } => Code::NotGranted,
+            ContextError::BadUri { .. } => Code::BadUri,
+            ContextError::UnknownBlob { .. } => Code::UnknownBlob,
+            ContextError::BlobMissing { .. } => Code::BlobMissing,
+            ContextError::AlreadyEvaluated { .. } => Code::AlreadyEvaluated,
+            ContextError::NotReturned { .. } => Code::NotReturned,
+            ContextError::RunClosed { .. } => Code::RunClosed,
+            ContextError::InvalidName { .. } => Code::InvalidName,
+            ContextError::ContextBudget { .. } => Code::LimitExceeded,
+            ContextError::MediaTypeMismatch { .. } => Code::MediaTypeMismatch,
         }
     }
 

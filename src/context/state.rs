@@ -339,7 +339,7 @@ impl ContextEvent {
         ContextEvent::Refused {
             task: task.to_owned(),
             op: op.to_owned(),
-            code: error.code().to_owned(),
+            code: error.code().as_str().to_owned(),
             message: error.to_string(),
             agent: agent.map(str::to_owned),
             at,

@@ -5,6 +5,7 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::codes::Code;
 
 const NOW: UnixMillis = 1_700_000_000_000;
 const MASTER: &str = "m1";
@@ -193,7 +194,7 @@ fn remove(v: &mut Value, key: &str) {
 }
 
 fn code<T: std::fmt::Debug>(r: Result<T, ContextError>) -> &'static str {
-    r.expect_err("expected a refusal").code()
+    r.expect_err("expected a refusal").code().as_str()
 }
 
 fn layer1_after(sent_ctx: &Value, returned_ctx: &Value) -> Layer1 {
@@ -488,7 +489,7 @@ fn r11_return_naming_unknown_subtask_id_cannot_probe() {
     .expect_err("flight's id");
     assert_eq!(
         (nowhere.code(), elsewhere.code()),
-        ("not_your_context", "not_your_context")
+        (Code::NotYourContext, Code::NotYourContext)
     );
     assert_eq!(
         nowhere.to_string().replace("\"zz\"", "ID"),

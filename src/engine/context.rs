@@ -3,6 +3,7 @@
 //! The decisions are the pure functions of `crate::context`.
 
 use super::{Engine, Pending};
+use crate::codes::Code;
 use crate::context::{
     self, ContextAccounting, ContextError, ContextEvent, Layer1, Mode, Outcome, TaskState,
 };
@@ -35,7 +36,7 @@ fn refusal(e: &ContextError) -> LedgerError {
 impl Engine {
     pub fn task(&self, task: &str) -> Result<TaskState> {
         self.views.task(task)?.ok_or_else(|| {
-            Refusal::new("unknown_task", format!("no task {task:?} in the ledger")).into()
+            Refusal::new(Code::UnknownTask, format!("no task {task:?} in the ledger")).into()
         })
     }
 

@@ -19,6 +19,7 @@ pub use runs::{CloseAnswer, CloseRun, OpenAnswer, ReadAnswer};
 
 use crate::audit::checkpoint::CHAINED_TOPICS;
 use crate::codec;
+use crate::codes::Code;
 use crate::content_store::ContentStore;
 use crate::error::{LedgerError, Refusal, Result};
 use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
@@ -249,8 +250,7 @@ impl Engine {
         for p in &pending {
             let bytes = codec::encode(&p.event, &p.event_id, &p.key, now, &self.opts.writer, p.step)
                 .map_err(|e| match e {
-                    codec::CodecError::TooLarge(size) => LedgerError::from(Refusal::new(
-                        "too_large",
+                    codec::CodecError::TooLarge(size) => LedgerError::from(Refusal::new(Code::TooLarge,
                         format!(
                             "the {} record of this operation is {size} bytes; the log takes records of at most {} bytes",
                             p.event.kind(),
@@ -516,8 +516,7 @@ impl Engine {
     /// for something another writer had already decided.
     fn check_landed(&self, p: &Pending, partition: u32, offset: u64) -> Result<()> {
         let conflict = |what: String| -> LedgerError {
-            Refusal::new(
-                "conflict",
+            Refusal::new(Code::Conflict,
                 format!(
                     "{what} was decided by another writer first; this operation was not applied \
                      (its record at {}/{partition}@{offset} is kept out of the views); decide it again",

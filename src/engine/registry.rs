@@ -2,6 +2,7 @@
 //! warning (R10).
 
 use super::{Engine, Pending};
+use crate::codes::Code;
 use crate::error::{Refusal, Result};
 use crate::log::Topic;
 use crate::loops::{self, AgentIndex, AgentNode};
@@ -39,7 +40,7 @@ fn check_names(what: &str, names: &[String]) -> Result<()> {
     for n in names {
         if !ids::valid_name(n) {
             return Err(Refusal::new(
-                "invalid_name",
+                Code::InvalidName,
                 format!("{what} {n:?} is not a valid name (letters, digits, - _ . :; 1 to 128)"),
             )
             .into());
@@ -122,7 +123,7 @@ impl Engine {
         }
         if !valid_scope(&req.scope) {
             return Err(Refusal::new(
-                "invalid_scope",
+                Code::InvalidScope,
                 format!("scope {:?} is not a path like company/area", req.scope),
             )
             .into());
@@ -139,7 +140,7 @@ impl Engine {
             .unwrap_or_else(|| vec![req.scope.clone()]);
         if let Some(bad) = access.iter().find(|s| !valid_scope(s)) {
             return Err(Refusal::new(
-                "invalid_scope",
+                Code::InvalidScope,
                 format!("access scope {bad:?} is not a path like company/area"),
             )
             .into());

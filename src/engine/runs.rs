@@ -1,7 +1,7 @@
 //! Opening runs, reading artifacts, closing runs.
 
 use super::{Engine, Pending};
-use crate::error::{LedgerError, Refusal, Result};
+use crate::error::{Code, LedgerError, Refusal, Result};
 use crate::log::Topic;
 use crate::model::*;
 use crate::rules::{artifacts, chain, labels};
@@ -52,7 +52,7 @@ pub(crate) fn chain_key(run: &RunState) -> String {
 impl Engine {
     pub(crate) fn existing_run(&self, run: &str) -> Result<RunState> {
         self.views.run(run)?.ok_or_else(|| {
-            Refusal::new("unknown_run", format!("no run {run:?} in the ledger")).into()
+            Refusal::new(Code::UnknownRun, format!("no run {run:?} in the ledger")).into()
         })
     }
 
@@ -66,21 +66,21 @@ impl Engine {
     ) -> Result<OpenAnswer> {
         if !ids::valid_name(run) {
             return Err(Refusal::new(
-                "invalid_name",
+                Code::InvalidName,
                 format!("run id {run:?} is not a valid name"),
             )
             .into());
         }
         if self.views.run(run)?.is_some() {
             return Err(Refusal::new(
-                "run_exists",
+                Code::RunExists,
                 format!("run {run:?} is already in the ledger"),
             )
             .into());
         }
         let version = self.views.current_version(agent)?.ok_or_else(|| {
             LedgerError::from(Refusal::new(
-                "unknown_agent",
+                Code::UnknownAgent,
                 format!("no agent {agent:?} has been published"),
             ))
         })?;
@@ -131,9 +131,9 @@ impl Engine {
                 Err(e) => Err(Refusal::new(
                     match e {
                         crate::content_store::StoreError::DigestMismatch { .. } => {
-                            "digest_mismatch"
+                            Code::DigestMismatch
                         }
-                        _ => "content_unavailable",
+                        _ => Code::ContentUnavailable,
                     },
                     format!("artifact {name:?}: {e}"),
                 )),
@@ -179,9 +179,11 @@ impl Engine {
     pub fn close_run(&mut self, req: CloseRun) -> Result<CloseAnswer> {
         let run = self.existing_run(&req.run)?;
         if !run.is_open() {
-            return Err(
-                Refusal::new("run_closed", format!("run {:?} is already closed", req.run)).into(),
-            );
+            return Err(Refusal::new(
+                Code::RunClosed,
+                format!("run {:?} is already closed", req.run),
+            )
+            .into());
         }
         crate::limits::check_count(
             "artifacts in one close_run",
@@ -191,7 +193,7 @@ impl Engine {
         for name in req.artifacts.keys() {
             if !ids::valid_name(name) {
                 return Err(Refusal::new(
-                    "invalid_name",
+                    Code::InvalidName,
                     format!("artifact name {name:?} is not a valid name"),
                 )
                 .into());
@@ -202,7 +204,7 @@ impl Engine {
             req.labels.len(),
             crate::limits::MAX_LABELS_PER_RUN,
         )
-        .map_err(|r| Refusal::new("too_many_labels", r.message))?;
+        .map_err(|r| Refusal::new(Code::TooManyLabels, r.message))?;
         for l in &req.labels {
             labels::check_label(l)?;
         }

@@ -3,6 +3,7 @@
 //! event's contract. A ref is refused even when it is correct: the read tool
 //! takes names from the contract, not refs from the model.
 
+use crate::codes::Code;
 use crate::error::Refusal;
 use crate::model::ArtifactRef;
 use crate::views::RunState;
@@ -23,14 +24,14 @@ pub fn authorize_read(
 ) -> Result<ArtifactRef, Refusal> {
     if !run.is_open() {
         return Err(Refusal::new(
-            "run_closed",
+            Code::RunClosed,
             format!("run {} is closed; a closed run reads nothing", run.run),
         ));
     }
     if let Some(budget) = tool_budget {
         if run.tool_calls >= budget {
             return Err(Refusal::new(
-                "budget_exhausted",
+                Code::BudgetExhausted,
                 format!(
                     "run {} has used its {budget} tool calls; reads count as tool calls",
                     run.run
@@ -39,14 +40,13 @@ pub fn authorize_read(
         }
     }
     if looks_like_ref(requested) {
-        return Err(Refusal::new(
-            "ref_not_allowed",
+        return Err(Refusal::new(Code::RefNotAllowed,
             format!("{requested:?} is a content ref; reads take artifact names from the trigger event's contract"),
         ));
     }
     let Some(trigger) = &run.trigger else {
         return Err(Refusal::new(
-            "no_contract",
+            Code::NoContract,
             format!(
                 "run {} was not opened by an event, so it has no artifact contract to read from",
                 run.run
@@ -61,7 +61,7 @@ pub fn authorize_read(
         .ok_or_else(|| {
             let names: Vec<&str> = trigger.artifacts.iter().map(|a| a.name.as_str()).collect();
             Refusal::new(
-                "not_in_contract",
+                Code::NotInContract,
                 format!(
                     "{requested:?} is not in the contract of event {} (it exposes: {})",
                     trigger.event,

@@ -2,6 +2,7 @@
 //! the labels of everything it read and those its close adds; what it
 //! publishes carries all of its run's labels.
 
+use crate::codes::Code;
 use crate::error::Refusal;
 use crate::limits::{MAX_LABELS_PER_RUN, MAX_LABEL_BYTES};
 use crate::model::scope::{area_label, area_of_label, scope_within};
@@ -40,7 +41,7 @@ pub fn check_label(label: &str) -> Result<(), Refusal> {
         return Ok(());
     };
     Err(Refusal::new(
-        "invalid_label",
+        Code::InvalidLabel,
         format!(
             "label {:?} {why} (labels are 1 to {MAX_LABEL_BYTES} bytes of visible characters)",
             label.chars().take(MAX_LABEL_BYTES).collect::<String>()
@@ -53,7 +54,7 @@ pub fn check_label(label: &str) -> Result<(), Refusal> {
 pub fn check_label_count(labels: &[String], what: &str) -> Result<(), Refusal> {
     if labels.len() > MAX_LABELS_PER_RUN {
         return Err(Refusal::new(
-            "too_many_labels",
+            Code::TooManyLabels,
             format!(
                 "{what} would give the run {} labels; a run carries at most {MAX_LABELS_PER_RUN}",
                 labels.len()
