@@ -12,9 +12,10 @@
 //! Run through `tools/bench-kafka [OPS] [REBUILD_EVENTS]`.
 
 use agentledger::apply::apply_value;
-use agentledger::engine::{project_all, Engine, EngineOptions};
+use agentledger::engine::{Engine, EngineOptions};
 use agentledger::log::kafka::{KafkaConfig, KafkaLog};
 use agentledger::log::{Log, Topic};
+use agentledger::projector::project_all;
 
 // Only the median is used here.
 #[allow(dead_code)]

@@ -4,8 +4,8 @@
 //! batches of the projector's size). Prints events/s and the ratio.
 //! Run through `tools/bench-rebuild [EVENTS] [REPS]`.
 
-use agentledger::engine::{project_all, PROJECT_BATCH};
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
+use agentledger::projector::{project_all, PROJECT_BATCH};
 use agentledger::synthetic::write_synthetic_log;
 use agentledger::views::Views;
 use std::time::Instant;

@@ -3,9 +3,10 @@
 //! over every view key and value, so it can be compared with the live
 //! views' digest (they must be equal when the live views were whole).
 
-use crate::engine::{project_all, DataDir};
+use crate::engine::DataDir;
 use crate::error::{LedgerError, Result};
 use crate::log::{Log, Topic};
+use crate::projector::project_all;
 use crate::views::Views;
 use std::fs;
 

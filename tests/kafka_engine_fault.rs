@@ -17,9 +17,10 @@ mod support;
 
 use agentledger::apply::apply_value;
 use agentledger::codec;
-use agentledger::engine::{project_all, Engine};
+use agentledger::engine::Engine;
 use agentledger::log::kafka::KafkaConfig;
 use agentledger::log::Topic;
+use agentledger::projector::project_all;
 use agentledger::views::Views;
 use serde_json::{json, Value};
 use std::collections::HashSet;

@@ -4,9 +4,9 @@
 mod common;
 
 use agentledger::codec;
-use agentledger::engine::project_all;
 use agentledger::log::Topic;
 use agentledger::model::*;
+use agentledger::projector::project_all;
 use agentledger::views::Views;
 use common::{Backend, Ledger};
 use serde_json::json;

@@ -11,9 +11,11 @@
 //! sign checkpoints: someone who can rewrite both the log and the
 //! checkpoints can forge both (ship checkpoint heads elsewhere to close that).
 
+pub mod attest;
 pub mod checkpoint;
 pub mod export;
 pub mod hashchain;
+pub mod recent;
 pub mod verify;
 
 pub use checkpoint::{Checkpoint, CHECKPOINT_INTERVAL};

@@ -74,7 +74,8 @@ pub(crate) fn guarded<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String
     })
 }
 
-/// Why views were not trusted, or the log's own error.
+/// Why views were not trusted, or an error that is not theirs to mend
+/// (the log's, or views another process holds).
 enum Distrust {
     Views(String),
     Log(LedgerError),
@@ -125,6 +126,8 @@ fn trusted_views(dir: &Path, log: &dyn Log) -> std::result::Result<Views, Distru
                 "the views are in format {found}, this build keeps format {want}"
             )))
         }
+        // Busy is not damaged: never set aside views someone holds.
+        Ok(Err(e @ ViewError::Locked(_))) => return Err(Distrust::Log(e.into())),
         Ok(Err(e)) => return Err(Distrust::Views(format!("the views cannot be opened: {e}"))),
         Err(panic) => {
             return Err(Distrust::Views(format!(
@@ -170,7 +173,7 @@ fn check_and_catch_up(views: &Views, log: &dyn Log) -> std::result::Result<(), D
             }
         }
     }
-    match guarded(|| super::project_all(log, views, &|_| {})) {
+    match guarded(|| crate::projector::project_all(log, views, &|_| {})) {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(LedgerError::Views(e))) => {
             Err(Distrust::Views(format!("the views are damaged: {e}")))

@@ -30,6 +30,8 @@ pub enum ViewError {
         #[source]
         source: codec::CodecError,
     },
+    #[error("the views in {0} are held by another process (sled's lock)")]
+    Locked(String),
     #[error("views are inconsistent: {0}; run `agentledger rebuild`")]
     Inconsistent(String),
     #[error(
@@ -78,17 +80,17 @@ pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
 /// threads finish writing a just-closed database in the background and hold
 /// its file lock until they have (seen reopening views in one process).
 fn open_db(dir: &Path) -> Result<sled::Db, ViewError> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let opened = sled::Config::new()
             .path(dir)
             .cache_capacity(256 * 1024 * 1024)
             .open();
         match opened {
-            Err(sled::Error::Io(e))
-                if e.to_string().contains("could not acquire lock")
-                    && std::time::Instant::now() < deadline =>
-            {
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(ViewError::Locked(dir.display().to_string()));
+                }
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             other => return Ok(other?),

@@ -4,6 +4,10 @@
 //! Applying a record twice changes nothing: trail steps are held by
 //! (run, step) and checked against the event id, versions by (agent, number).
 
+pub mod driver;
+
+pub use driver::{project_all, project_partition, PROJECT_BATCH};
+
 use crate::codec::Record;
 use crate::model::*;
 use crate::views::{keys, AgentState, PublishedEvent, RunState, TrailPointer, ViewError, ViewTxn};

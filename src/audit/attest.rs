@@ -1,0 +1,139 @@
+//! Attestation (R16): writing the checkpoints that chain each partition's
+//! records, and folding the checkpoints topic into the marks the views keep
+//! (how far each partition is attested, and its head).
+
+use super::checkpoint::Checkpoint;
+use super::recent::RecentDigests;
+use crate::error::Result;
+use crate::log::{Log, Topic};
+use crate::views::Views;
+use std::collections::HashMap;
+
+/// What the engine remembers between operations to checkpoint cheaply.
+#[derive(Default)]
+pub struct Attestation {
+    /// Digests of the records the engine appended and projected itself.
+    pub(crate) recent: RecentDigests,
+    /// The checkpoint mark last read per partition. Marks only move
+    /// forward, so it is a floor: while fewer records than an interval lie
+    /// past it, no checkpoint is due and the mark need not be read again.
+    mark_floor: HashMap<(Topic, u32), u64>,
+}
+
+impl Attestation {
+    /// Write the checkpoints due on `partitions`: every full interval of
+    /// records not yet covered, and with `force` the partial tail too.
+    pub fn checkpoint(
+        &mut self,
+        log: &dyn Log,
+        views: &Views,
+        partitions: &[(Topic, u32)],
+        force: bool,
+        now_ms: u64,
+        writer: &str,
+    ) -> Result<Vec<Checkpoint>> {
+        use super::checkpoint::{self, CHECKPOINT_INTERVAL};
+        let mut written = Vec::new();
+        let mut unfolded = false;
+        for &(topic, p) in partitions {
+            let end = views.offset(topic, p)?;
+            let below_floor = |floor: &u64| end.saturating_sub(*floor) < CHECKPOINT_INTERVAL;
+            if !force && self.mark_floor.get(&(topic, p)).is_some_and(below_floor) {
+                continue;
+            }
+            let mut mark = views.checkpoint_mark(topic, p)?;
+            // Read the views again next time if a checkpoint is written below.
+            if end.saturating_sub(mark.to) < CHECKPOINT_INTERVAL {
+                self.mark_floor.insert((topic, p), mark.to);
+            } else {
+                self.mark_floor.remove(&(topic, p));
+            }
+            loop {
+                let to = if end - mark.to.min(end) >= CHECKPOINT_INTERVAL {
+                    mark.to + CHECKPOINT_INTERVAL
+                } else if force && end > mark.to {
+                    end
+                } else {
+                    break;
+                };
+                let span = checkpoint::Span {
+                    topic,
+                    partition: p,
+                    from: mark.to,
+                    to,
+                    prev_head: mark.head,
+                };
+                let cp = match self.recent.take(&span) {
+                    Some(digests) => checkpoint::assemble(span, digests, now_ms, writer),
+                    None => checkpoint::build(log, span, now_ms, writer)?,
+                };
+                let placed = checkpoint::append(log, std::slice::from_ref(&cp))?;
+                // Fold our own checkpoint in from what we hold when
+                // nothing came before it (a read on Kafka costs more
+                // than the append did).
+                match placed.first() {
+                    Some(&(cp_part, at)) if views.offset(Topic::Checkpoints, cp_part)? == at => {
+                        let mut txn = views.txn();
+                        fold_checkpoint(&mut txn, &cp)?;
+                        txn.set_offset(Topic::Checkpoints, cp_part, at + 1);
+                        txn.commit()?;
+                    }
+                    _ => unfolded = true,
+                }
+                let head = super::hashchain::from_hex32(&cp.head).unwrap_or(super::GENESIS);
+                mark = crate::views::CheckpointMark { to, head };
+                written.push(cp);
+            }
+        }
+        if unfolded {
+            project_checkpoints(log, views)?;
+        }
+        Ok(written)
+    }
+}
+
+/// Follow the checkpoints topic: each partition's mark is the furthest
+/// checkpoint that continues the chain from the previous mark.
+pub(crate) fn project_checkpoints(log: &dyn Log, views: &Views) -> Result<()> {
+    for p in 0..log.partitions(Topic::Checkpoints) {
+        loop {
+            let from = views.offset(Topic::Checkpoints, p)?;
+            let recs = log.read(Topic::Checkpoints, p, from, crate::projector::PROJECT_BATCH)?;
+            let Some(last) = recs.last().map(|r| r.offset) else {
+                break;
+            };
+            let mut txn = views.txn();
+            for r in &recs {
+                let Ok(cp) = serde_json::from_slice::<Checkpoint>(&r.payload) else {
+                    tracing::warn!(
+                        offset = r.offset,
+                        "unreadable checkpoint record; `agentledger verify` will name it"
+                    );
+                    continue;
+                };
+                fold_checkpoint(&mut txn, &cp)?;
+            }
+            txn.set_offset(Topic::Checkpoints, p, last + 1);
+            txn.commit()?;
+        }
+    }
+    Ok(())
+}
+
+/// A checkpoint moves its partition's mark when it continues the chain
+/// from there; any other (a duplicate, a forgery) leaves the mark alone.
+pub(crate) fn fold_checkpoint(txn: &mut crate::views::ViewTxn<'_>, cp: &Checkpoint) -> Result<()> {
+    let (Some(topic), Some(head)) = (cp.topic(), super::hashchain::from_hex32(&cp.head)) else {
+        return Ok(());
+    };
+    let key = crate::views::keys::checkpointed(topic, cp.partition);
+    let mark: crate::views::CheckpointMark =
+        txn.get(&key)?.unwrap_or(crate::views::CheckpointMark {
+            to: 0,
+            head: super::GENESIS,
+        });
+    if cp.from == mark.to && cp.to > mark.to && cp.prev_head == hex::encode(mark.head) {
+        txn.put(key, &crate::views::CheckpointMark { to: cp.to, head });
+    }
+    Ok(())
+}

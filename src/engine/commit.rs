@@ -1,0 +1,300 @@
+//! Committing an operation's decided records: encode them, append them
+//! durably, then project them — from the bytes in hand when nothing else
+//! landed first (ahead of the acknowledgement on Kafka), else from the log,
+//! answering `conflict` when another writer decided the same step first.
+
+use super::{Engine, Pending};
+use crate::audit::checkpoint::CHAINED_TOPICS;
+use crate::audit::recent::RecentDigests;
+use crate::codec;
+use crate::codes::Code;
+use crate::error::{LedgerError, Refusal, Result};
+use crate::log::{Log, Topic};
+use crate::model::LedgerEvent;
+use crate::projector::driver::{apply_batch, prepare_batch, project_partition, DecodedBatch};
+use crate::projector::Position;
+use crate::views::Views;
+
+impl Engine {
+    /// Encode and durably append decided records, then project them.
+    ///
+    /// Once the log has the records the operation has happened, whatever
+    /// fails after: projecting them (the views catch up from the log on the
+    /// next operation) or writing a due checkpoint (written by the next
+    /// operation on that partition, or by `serve`). Such a failure is kept
+    /// as a follow-up warning for the answer ([`Engine::take_follow_ups`]),
+    /// never as the operation's error. Only a `conflict` found while
+    /// projecting (another writer decided the same step first) fails it.
+    pub(crate) fn commit(&mut self, pending: Vec<Pending>) -> Result<Vec<Position>> {
+        if pending.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.now_ms();
+        let mut encoded: Vec<Vec<u8>> = Vec::with_capacity(pending.len());
+        for p in &pending {
+            let bytes = codec::encode(&p.event, &p.event_id, &p.key, now, &self.opts.writer, p.step)
+                .map_err(|e| match e {
+                    codec::CodecError::TooLarge(size) => LedgerError::from(Refusal::new(Code::TooLarge,
+                        format!(
+                            "the {} record of this operation is {size} bytes; the log takes records of at most {} bytes",
+                            p.event.kind(),
+                            codec::MAX_RECORD_BYTES
+                        ),
+                    )),
+                    other => other.into(),
+                })?;
+            encoded.push(bytes);
+        }
+        // Per topic: indexes into `pending`, and the (key, bytes) to append.
+        type TopicBatch = (Topic, Vec<usize>, Vec<(Vec<u8>, Vec<u8>)>);
+        let mut by_topic: Vec<TopicBatch> = Vec::new();
+        for (i, p) in pending.iter().enumerate() {
+            let rec = (p.key.clone().into_bytes(), encoded[i].clone());
+            match by_topic.iter_mut().find(|(t, _, _)| *t == p.topic) {
+                Some((_, idx, recs)) => {
+                    idx.push(i);
+                    recs.push(rec);
+                }
+                None => by_topic.push((p.topic, vec![i], vec![rec])),
+            }
+        }
+        let mut positions = vec![
+            Position {
+                partition: 0,
+                offset: 0
+            };
+            pending.len()
+        ];
+        // Registry first: a run record may name a version published in the same call.
+        by_topic.sort_by_key(|(t, _, _)| *t != Topic::Registry);
+        // A call whose records all go to one partition (one operation on
+        // one chain: the usual case) is projected while the log makes it
+        // durable, as if it lands right after what the views hold; it is
+        // written to the views only if it landed exactly there.
+        let mut ahead: Option<Ahead<'_>> = None;
+        let single = by_topic.len() == 1;
+        for (topic, idx, recs) in by_topic {
+            let appending = self.log.append_begin(topic, &recs)?;
+            if single {
+                ahead = project_ahead(self.log.as_ref(), &self.views, topic, &recs, &encoded)
+                    .unwrap_or_else(|e| {
+                        tracing::debug!("projecting ahead of the acknowledgement: {e}");
+                        None
+                    });
+            }
+            let placed = appending.wait()?;
+            for (i, (partition, offset)) in idx.into_iter().zip(placed) {
+                positions[i] = Position { partition, offset };
+            }
+        }
+        // The records are durable: from here on nothing fails the operation
+        // but a conflict.
+        let projected = match ahead {
+            Some(ahead) => write_if_landed(ahead, &positions, &mut self.attestation.recent),
+            None => Ok(None),
+        }
+        .and_then(|done| match done {
+            Some(touched) => Ok(touched),
+            None => self.project_own(&pending, &encoded, &positions),
+        });
+        let touched = match projected {
+            Ok(touched) => touched,
+            Err(e) if e.is_refusal() => return Err(e),
+            Err(e) => {
+                self.caught_up_at = None;
+                self.follow_up_failed(format!(
+                    "the operation's records are in the log, but projecting them failed \
+                     (the views catch up on the next operation): {e}"
+                ));
+                Vec::new()
+            }
+        };
+        // Only the partitions this call wrote can have reached an interval.
+        if let Err(e) = self.checkpoint_partitions(false, &touched) {
+            self.follow_up_failed(format!(
+                "the operation's records are in the log, but writing a due checkpoint failed \
+                 (retried on the next operation on that partition, and by `serve`): {e}"
+            ));
+        }
+        Ok(positions)
+    }
+
+    /// A follow-up of a durable operation failed: keep it for the answer.
+    fn follow_up_failed(&mut self, what: String) {
+        tracing::warn!("{what}");
+        self.follow_ups.push(what);
+    }
+
+    /// Follow-ups that failed since the last call (see [`Engine::commit`]):
+    /// the operation they belong to happened; these say what is still to
+    /// be done and will be retried.
+    pub fn take_follow_ups(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.follow_ups)
+    }
+
+    /// Project the records this call appended; returns the partitions of
+    /// chained topics they touched (where a checkpoint may now be due).
+    fn project_own(
+        &mut self,
+        pending: &[Pending],
+        encoded: &[Vec<u8>],
+        positions: &[Position],
+    ) -> Result<Vec<(Topic, u32)>> {
+        // Project what this call appended (registry first), partition by
+        // partition. When nothing else arrived before our records — the
+        // usual case — apply them from the bytes we hold instead of reading
+        // them back from the log (on Kafka a read is a round trip).
+        // (topic, partition) → (offset, index into `pending`) of our records.
+        type Group = ((Topic, u32), Vec<(u64, usize)>);
+        let mut groups: Vec<Group> = Vec::new();
+        for (i, (p, pos)) in pending.iter().zip(positions).enumerate() {
+            let key = (p.topic, pos.partition);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, v)) => v.push((pos.offset, i)),
+                None => groups.push((key, vec![(pos.offset, i)])),
+            }
+        }
+        groups.sort_by_key(|((t, part), _)| (*t != Topic::Registry, *part));
+        let touched: Vec<(Topic, u32)> = groups
+            .iter()
+            .map(|(k, _)| *k)
+            .filter(|(t, _)| CHAINED_TOPICS.contains(t))
+            .collect();
+        for ((topic, part), mut recs) in groups {
+            recs.sort();
+            let first = recs[0].0;
+            let contiguous = recs.windows(2).all(|w| w[1].0 == w[0].0 + 1);
+            if contiguous && self.views.offset(topic, part)? == first {
+                let batch = recs
+                    .iter()
+                    .map(|(offset, i)| Ok((*offset, codec::decode_for_projection(&encoded[*i])?)))
+                    .collect::<Result<DecodedBatch>>()?;
+                apply_batch(&self.views, topic, part, batch)?;
+                if CHAINED_TOPICS.contains(&topic) {
+                    for (offset, i) in &recs {
+                        let digest = crate::audit::hashchain::record_digest(&encoded[*i])?;
+                        self.attestation.recent.record(topic, part, *offset, digest);
+                    }
+                }
+            } else {
+                self.attestation.recent.forget(topic, part);
+                let until = recs.last().map(|(o, _)| o + 1);
+                project_partition(self.log.as_ref(), &self.views, topic, part, until, &|_| {})?;
+                for (offset, i) in &recs {
+                    self.check_landed(&pending[*i], part, *offset)?;
+                }
+            }
+        }
+        Ok(touched)
+    }
+
+    /// After projecting records of other writers that came before ours:
+    /// fail the operation if one of ours was kept out as a second decision
+    /// for something another writer had already decided.
+    fn check_landed(&self, p: &Pending, partition: u32, offset: u64) -> Result<()> {
+        let conflict = |what: String| -> LedgerError {
+            Refusal::new(Code::Conflict,
+                format!(
+                    "{what} was decided by another writer first; this operation was not applied \
+                     (its record at {}/{partition}@{offset} is kept out of the views); decide it again",
+                    p.topic
+                ),
+            )
+            .into()
+        };
+        match &p.event {
+            LedgerEvent::AgentPublished(v) => {
+                if self.views.version(&v.agent, v.version)?.as_ref() != Some(v) {
+                    return Err(conflict(format!(
+                        "version {} of agent {:?}",
+                        v.version, v.agent
+                    )));
+                }
+            }
+            ev => {
+                if let Some(run) = ev.trail_run() {
+                    let held = self.views.trail_pointer(run, p.step)?;
+                    if !held.is_some_and(|h| h.partition == partition && h.offset == offset) {
+                        return Err(conflict(format!("step {} of run {run:?}", p.step)));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A call's records projected before the log acknowledged them: the view
+/// changes they make if they land at `first`, `first + 1`, … of
+/// `partition`, and their digests for the checkpoints.
+struct Ahead<'a> {
+    topic: Topic,
+    partition: u32,
+    first: u64,
+    write: crate::views::txn::Prepared<'a>,
+    digests: Vec<[u8; 32]>,
+}
+
+/// Project `recs` (encoded as `encoded`, in call order) as if appended now
+/// to a log nobody else writes; `None` when they span partitions.
+fn project_ahead<'a>(
+    log: &dyn Log,
+    views: &'a Views,
+    topic: Topic,
+    recs: &[(Vec<u8>, Vec<u8>)],
+    encoded: &[Vec<u8>],
+) -> Result<Option<Ahead<'a>>> {
+    let Some(partition) = recs.first().map(|(k, _)| log.partition_of(topic, k)) else {
+        return Ok(None);
+    };
+    if recs
+        .iter()
+        .any(|(k, _)| log.partition_of(topic, k) != partition)
+    {
+        return Ok(None);
+    }
+    let first = views.offset(topic, partition)?;
+    let batch = encoded
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| Ok((first + i as u64, codec::decode_for_projection(bytes)?)))
+        .collect::<Result<DecodedBatch>>()?;
+    let digests = if CHAINED_TOPICS.contains(&topic) {
+        encoded
+            .iter()
+            .map(|bytes| Ok(crate::audit::hashchain::record_digest(bytes)?))
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
+    let (write, _) = prepare_batch(views, topic, partition, batch)?;
+    Ok(Some(Ahead {
+        topic,
+        partition,
+        first,
+        write,
+        digests,
+    }))
+}
+
+/// Write a projection made ahead of the acknowledgement if the records
+/// landed where it assumed; returns the partition it touched, or `None`
+/// (nothing written) when something else landed first.
+fn write_if_landed(
+    ahead: Ahead<'_>,
+    positions: &[Position],
+    recent: &mut RecentDigests,
+) -> Result<Option<Vec<(Topic, u32)>>> {
+    let landed = positions
+        .iter()
+        .enumerate()
+        .all(|(i, pos)| pos.partition == ahead.partition && pos.offset == ahead.first + i as u64);
+    if !landed {
+        return Ok(None);
+    }
+    ahead.write.commit()?;
+    for (i, digest) in ahead.digests.into_iter().enumerate() {
+        recent.record(ahead.topic, ahead.partition, ahead.first + i as u64, digest);
+    }
+    Ok(Some(vec![(ahead.topic, ahead.partition)]))
+}
