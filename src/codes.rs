@@ -91,6 +91,9 @@ codes! {
     MediaTypeMismatch = "media_type_mismatch",
     // The machine's failures, not the caller's.
     LogError = "log_error",
+    /// Another process holds the data dir.
+    DataDirInUse = "data_dir_in_use",
+    IoError = "io_error",
     CorruptRecord = "corrupt_record",
     ViewError = "view_error",
     ContentStoreError = "content_store_error",
@@ -103,6 +106,8 @@ impl Code {
         !matches!(
             self,
             Code::LogError
+                | Code::DataDirInUse
+                | Code::IoError
                 | Code::CorruptRecord
                 | Code::ViewError
                 | Code::ContentStoreError

@@ -35,8 +35,47 @@ pub enum LedgerError {
     Views(#[from] crate::views::ViewError),
     #[error("content store: {0}")]
     Store(crate::content_store::StoreError),
-    #[error("{0}")]
-    Other(String),
+    /// Another process holds the data directory.
+    #[error("data dir {0} is in use by another agentledger process")]
+    DataDirInUse(std::path::PathBuf),
+    /// A file or directory of the data dir could not be made, moved or
+    /// written.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record the log serves whole (its frame checks) does not decode:
+    /// damage the checksum did not catch, or a forgery.
+    #[error("record {topic}/{partition}@{offset} cannot be decoded: {source} (run `agentledger verify`)")]
+    Undecodable {
+        topic: crate::log::Topic,
+        partition: u32,
+        offset: u64,
+        #[source]
+        source: crate::codec::CodecError,
+    },
+    /// A record the views point to is not in the log.
+    #[error("{topic}/{partition}@{offset} is missing from the log (the views point to it; run `agentledger verify`)")]
+    MissingRecord {
+        topic: crate::log::Topic,
+        partition: u32,
+        offset: u64,
+    },
+    /// A thread of the engine's own failed (a bug).
+    #[error("internal: {0}")]
+    Internal(&'static str),
+}
+
+impl LedgerError {
+    /// An IO failure on the data dir, saying what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        LedgerError::Io {
+            context: context.into(),
+            source,
+        }
+    }
 }
 
 /// Bytes over a size limit are the caller's fault: a refusal naming the
@@ -70,7 +109,12 @@ impl LedgerError {
             LedgerError::Codec(_) => Code::CorruptRecord,
             LedgerError::Views(_) => Code::ViewError,
             LedgerError::Store(_) => Code::ContentStoreError,
-            LedgerError::Other(_) => Code::InternalError,
+            LedgerError::DataDirInUse(_) => Code::DataDirInUse,
+            LedgerError::Io { .. } => Code::IoError,
+            LedgerError::Undecodable { .. } | LedgerError::MissingRecord { .. } => {
+                Code::CorruptRecord
+            }
+            LedgerError::Internal(_) => Code::InternalError,
         }
     }
 

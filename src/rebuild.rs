@@ -36,7 +36,7 @@ pub fn rebuild_views(dd: &DataDir, log: &dyn Log, progress: &dyn Fn(u64)) -> Res
     let live = dd.views();
     let fresh = dd.root.join("views.rebuild");
     let old = dd.root.join("views.old");
-    let io = |what: &str, e: std::io::Error| LedgerError::Other(format!("{what}: {e}"));
+    let io = |what: &str, e: std::io::Error| LedgerError::io(what, e);
     let _ = fs::remove_dir_all(&fresh);
     let _ = fs::remove_dir_all(&old);
     // The live views are read only to compare digests: damaged ones (sled

@@ -49,9 +49,11 @@ pub fn collect_trail(
                 fetched = log.read(Topic::Ledger, partition, offset, 256)?;
                 fetched.retain(|r| r.offset >= offset);
                 if fetched.first().map(|r| r.offset) != Some(offset) {
-                    return Err(LedgerError::Other(format!(
-                        "ledger/{partition}@{offset} is missing from the log"
-                    )));
+                    return Err(LedgerError::MissingRecord {
+                        topic: Topic::Ledger,
+                        partition,
+                        offset,
+                    });
                 }
                 fetched.remove(0)
             }
@@ -406,7 +408,12 @@ impl AsOf {
 
 /// Parse `--as-of`: digits are a ledger offset; `<digits>ms` is Unix
 /// milliseconds; otherwise an RFC 3339 UTC time like 2026-12-02T10:00:00Z.
-pub fn parse_as_of(s: &str) -> std::result::Result<AsOf, String> {
+/// A `--as-of` that names no point in history.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is neither an offset, nor <unix ms>ms, nor a UTC time like 2026-12-02T10:00:00Z")]
+pub struct BadAsOf(pub String);
+
+pub fn parse_as_of(s: &str) -> std::result::Result<AsOf, BadAsOf> {
     let s = s.trim();
     if let Ok(o) = s.parse::<u64>() {
         return Ok(AsOf::Offset(o));
@@ -414,11 +421,9 @@ pub fn parse_as_of(s: &str) -> std::result::Result<AsOf, String> {
     if let Some(ms) = s.strip_suffix("ms").and_then(|m| m.parse::<u64>().ok()) {
         return Ok(AsOf::TimeMs(ms));
     }
-    parse_rfc3339_utc(s).map(AsOf::TimeMs).ok_or_else(|| {
-        format!(
-            "{s:?} is neither an offset, nor <unix ms>ms, nor a UTC time like 2026-12-02T10:00:00Z"
-        )
-    })
+    parse_rfc3339_utc(s)
+        .map(AsOf::TimeMs)
+        .ok_or_else(|| BadAsOf(s.chars().take(100).collect()))
 }
 
 /// `YYYY-MM-DDTHH:MM:SS[.fff]Z` to Unix milliseconds.

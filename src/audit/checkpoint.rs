@@ -36,20 +36,19 @@ impl Checkpoint {
     }
 
     /// The checkpoint is internally consistent: its digests fold from
-    /// `prev_head` to `head`. Returns the first offset that breaks it.
-    pub fn self_check(&self) -> std::result::Result<(), String> {
-        let prev = from_hex32(&self.prev_head).ok_or("prev_head is not 32 hex bytes")?;
+    /// `prev_head` to `head`.
+    pub fn self_check(&self) -> std::result::Result<(), CheckpointFault> {
+        let prev = from_hex32(&self.prev_head).ok_or(CheckpointFault::BadPrevHead)?;
         if self.to < self.from || (self.to - self.from) as usize != self.digests.len() {
-            return Err(format!(
-                "covers [{}, {}) but lists {} digests",
-                self.from,
-                self.to,
-                self.digests.len()
-            ));
+            return Err(CheckpointFault::WrongCount {
+                from: self.from,
+                to: self.to,
+                listed: self.digests.len(),
+            });
         }
         let head = link_head(&prev, self.from, self.digests.iter().map(|d| &d.0));
         if hex::encode(head) != self.head {
-            return Err("its digests do not fold to its head".into());
+            return Err(CheckpointFault::HeadMismatch);
         }
         Ok(())
     }
@@ -62,6 +61,17 @@ impl Checkpoint {
             .get((offset - self.from) as usize)
             .map(|d| &d.0)
     }
+}
+
+/// How a checkpoint contradicts itself.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointFault {
+    #[error("prev_head is not 32 hex bytes")]
+    BadPrevHead,
+    #[error("covers [{from}, {to}) but lists {listed} digests")]
+    WrongCount { from: u64, to: u64, listed: usize },
+    #[error("its digests do not fold to its head")]
+    HeadMismatch,
 }
 
 /// The stretch of a partition a checkpoint covers: `[from, to)`, starting
@@ -111,16 +121,18 @@ fn read_digests(log: &dyn Log, span: &Span) -> Result<Vec<HexDigest>> {
     while at < to {
         let recs = log.read(topic, partition, at, (to - at).min(4096) as usize)?;
         if recs.is_empty() {
-            return Err(LedgerError::Other(format!(
-                "{topic}/{partition}: log ends at {at}, cannot checkpoint up to {to}"
-            )));
+            return Err(LedgerError::MissingRecord {
+                topic,
+                partition,
+                offset: at,
+            });
         }
         for r in recs {
-            let d = record_digest(&r.payload).map_err(|e| {
-                LedgerError::Other(format!(
-                    "{topic}/{partition}@{}: {e}; run `agentledger verify`",
-                    r.offset
-                ))
+            let d = record_digest(&r.payload).map_err(|source| LedgerError::Undecodable {
+                topic,
+                partition,
+                offset: r.offset,
+                source,
             })?;
             digests.push(HexDigest(d));
             at = r.offset + 1;
@@ -129,9 +141,12 @@ fn read_digests(log: &dyn Log, span: &Span) -> Result<Vec<HexDigest>> {
     Ok(digests)
 }
 
-/// Every checkpoint on the topic, in log order; unreadable ones are
-/// returned as errors with their offset so `verify` can name them.
-pub fn read_all(log: &dyn Log) -> Result<Vec<(u64, std::result::Result<Checkpoint, String>)>> {
+/// A checkpoint as read from the topic: unreadable ones are kept as the
+/// JSON error, so `verify` can name them.
+pub type ReadCheckpoint = std::result::Result<Checkpoint, serde_json::Error>;
+
+/// Every checkpoint on the topic, in log order, with its offset.
+pub fn read_all(log: &dyn Log) -> Result<Vec<(u64, ReadCheckpoint)>> {
     let mut out = Vec::new();
     for p in 0..log.partitions(Topic::Checkpoints) {
         let mut at = 0;
@@ -139,10 +154,7 @@ pub fn read_all(log: &dyn Log) -> Result<Vec<(u64, std::result::Result<Checkpoin
             // Parsed straight from the read buffer, a few at a time: each
             // lists a thousand digests, so copies would dominate.
             let after = log.scan(Topic::Checkpoints, p, at, 64, &mut |r| {
-                out.push((
-                    r.offset,
-                    serde_json::from_slice::<Checkpoint>(r.payload).map_err(|e| e.to_string()),
-                ));
+                out.push((r.offset, serde_json::from_slice::<Checkpoint>(r.payload)));
                 std::ops::ControlFlow::Continue(())
             })?;
             if after == at {

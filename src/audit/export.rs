@@ -19,18 +19,17 @@ pub fn write_export(
     checkpoints: &[Checkpoint],
     out: &mut dyn Write,
 ) -> Result<(u64, u64)> {
-    let io = |e: std::io::Error| crate::error::LedgerError::Other(format!("writing export: {e}"));
+    let io = |e: std::io::Error| crate::error::LedgerError::io("writing the export", e);
     writeln!(out, "{}", json!({"type": "header", "format": "agentledger.export.v1", "selection": what, "records": steps.len()})).map_err(io)?;
     let mut used: Vec<&Checkpoint> = Vec::new();
     for (run, s) in steps {
         let raw = log
             .read(Topic::Ledger, s.partition, s.offset, 1)?
             .pop()
-            .ok_or_else(|| {
-                crate::error::LedgerError::Other(format!(
-                    "ledger/{}@{} missing",
-                    s.partition, s.offset
-                ))
+            .ok_or(crate::error::LedgerError::MissingRecord {
+                topic: Topic::Ledger,
+                partition: s.partition,
+                offset: s.offset,
             })?;
         let digest = hex::encode(super::hashchain::record_digest(&raw.payload)?);
         let rec = codec::decode(&raw.payload)?;

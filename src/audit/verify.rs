@@ -136,7 +136,7 @@ impl Attestations {
 
     /// The checkpoints of one partition, waiting until they are read.
     fn of(&self, topic: Topic, p: u32) -> Result<Vec<Checkpoint>> {
-        let poisoned = || crate::error::LedgerError::Other("a verify thread panicked".into());
+        let poisoned = || crate::error::LedgerError::Internal("a verify thread panicked");
         let mut g = self.ready.lock().map_err(|_| poisoned())?;
         while g.is_none() {
             g = self.cv.wait(g).map_err(|_| poisoned())?;
@@ -243,8 +243,8 @@ pub fn verify_log(log: &dyn Log, progress: &(dyn Fn(u64) + Sync)) -> Result<Veri
             .into_iter()
             .map(|h| {
                 h.join().unwrap_or_else(|_| {
-                    Err(crate::error::LedgerError::Other(
-                        "a verify thread panicked".into(),
+                    Err(crate::error::LedgerError::Internal(
+                        "a verify thread panicked",
                     ))
                 })
             })
@@ -315,7 +315,7 @@ fn read_checkpoints(log: &dyn Log) -> Result<ReadCheckpoints> {
                 at,
                 "checkpoint is not readable",
                 "checkpoint JSON",
-                e,
+                e.to_string(),
             )),
         }
     }
@@ -572,8 +572,36 @@ impl<'a> ChainCheck<'a> {
     }
 }
 
+/// Why an export file cannot be checked at all (a record that does not
+/// match is a [`Mismatch`] in the report instead).
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("line {line}: not JSON: {source}")]
+    NotJson {
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("line {line}: bad checkpoint: {source}")]
+    BadCheckpoint {
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("line {line}: unknown line type {found}")]
+    UnknownLine { line: usize, found: String },
+    #[error("line {line}: record without offset")]
+    NoOffset { line: usize },
+    #[error("line {line}: payload is not hex: {source}")]
+    NotHex {
+        line: usize,
+        #[source]
+        source: hex::FromHexError,
+    },
+}
+
 /// Verify an export file (JSON lines written by `export`) on its own.
-pub fn verify_export(text: &str) -> std::result::Result<VerifyReport, String> {
+pub fn verify_export(text: &str) -> std::result::Result<VerifyReport, ExportError> {
     let mut report = VerifyReport::default();
     let mut cps: Vec<Checkpoint> = Vec::new();
     let mut records = Vec::new();
@@ -582,12 +610,20 @@ pub fn verify_export(text: &str) -> std::result::Result<VerifyReport, String> {
             continue;
         }
         let v: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| format!("line {}: not JSON: {e}", i + 1))?;
+            serde_json::from_str(line).map_err(|source| ExportError::NotJson {
+                line: i + 1,
+                source,
+            })?;
         match v["type"].as_str() {
             Some("header") => {}
             Some("checkpoint") => {
-                let cp: Checkpoint = serde_json::from_value(v["checkpoint"].clone())
-                    .map_err(|e| format!("line {}: bad checkpoint: {e}", i + 1))?;
+                let cp: Checkpoint =
+                    serde_json::from_value(v["checkpoint"].clone()).map_err(|source| {
+                        ExportError::BadCheckpoint {
+                            line: i + 1,
+                            source,
+                        }
+                    })?;
                 report.checkpoints += 1;
                 if let Err(why) = cp.self_check() {
                     report.mismatches.push(mismatch(
@@ -596,23 +632,29 @@ pub fn verify_export(text: &str) -> std::result::Result<VerifyReport, String> {
                         cp.from,
                         "checkpoint is inconsistent",
                         "digests folding to its head",
-                        why,
+                        why.to_string(),
                     ));
                 }
                 cps.push(cp);
             }
             Some("record") => records.push((i + 1, v)),
-            other => return Err(format!("line {}: unknown line type {other:?}", i + 1)),
+            other => {
+                return Err(ExportError::UnknownLine {
+                    line: i + 1,
+                    found: format!(
+                        "{:?}",
+                        other.map(|o| o.chars().take(100).collect::<String>())
+                    ),
+                })
+            }
         }
     }
     for (line, v) in records {
         let topic = v["topic"].as_str().unwrap_or_default().to_string();
         let p = v["partition"].as_u64().unwrap_or(u64::MAX) as u32;
-        let o = v["offset"]
-            .as_u64()
-            .ok_or_else(|| format!("line {line}: record without offset"))?;
+        let o = v["offset"].as_u64().ok_or(ExportError::NoOffset { line })?;
         let payload = hex::decode(v["payload_hex"].as_str().unwrap_or_default())
-            .map_err(|e| format!("line {line}: payload is not hex: {e}"))?;
+            .map_err(|source| ExportError::NotHex { line, source })?;
         report.records += 1;
         let covering: Vec<&Checkpoint> = cps
             .iter()

@@ -195,10 +195,10 @@ fn check_items(ctx: &AgentContext) -> Result<(), ContextError> {
     Ok(())
 }
 
-/// Whether a dependency is met: the latest subtask with that SubTaskID (or,
-/// when no subtask has it, the latest subtask of an agent by that name) was
-/// returned and accepted. `Err` carries what it is waiting for.
-fn dependency_status(state: &TaskState, dep: &str) -> Result<(), String> {
+/// What a dependency still waits for, if anything: it is met when the
+/// latest subtask with that SubTaskID (or, when no subtask has it, the
+/// latest subtask of an agent by that name) was returned and accepted.
+fn dependency_wait(state: &TaskState, dep: &str) -> Option<String> {
     let latest = state
         .subtasks
         .iter()
@@ -206,15 +206,15 @@ fn dependency_status(state: &TaskState, dep: &str) -> Result<(), String> {
         .find(|s| s.sent.sub_task_id == dep)
         .or_else(|| state.subtasks.iter().rev().find(|s| s.agent == dep));
     let Some(s) = latest else {
-        return Err("no subtask with that SubTaskID (or agent) has been sent".to_owned());
+        return Some("no subtask with that SubTaskID (or agent) has been sent".to_owned());
     };
     match (&s.returned, &s.decision) {
-        (None, _) => Err(format!("{} is still outstanding", s.id)),
-        (Some(_), None) => Err(format!("{} is returned but not yet accepted", s.id)),
+        (None, _) => Some(format!("{} is still outstanding", s.id)),
+        (Some(_), None) => Some(format!("{} is returned but not yet accepted", s.id)),
         (Some(_), Some(d)) if d.outcome == Outcome::Rejected => {
-            Err(format!("{} was rejected", s.id))
+            Some(format!("{} was rejected", s.id))
         }
-        (Some(_), Some(_)) => Ok(()),
+        (Some(_), Some(_)) => None,
     }
 }
 
@@ -281,10 +281,12 @@ pub fn decide_send(
         });
     }
     for dep in &ctx.dependencies {
-        dependency_status(state, dep).map_err(|status| ContextError::DependencyPending {
-            dependency: dep.clone(),
-            status,
-        })?;
+        if let Some(status) = dependency_wait(state, dep) {
+            return Err(ContextError::DependencyPending {
+                dependency: dep.clone(),
+                status,
+            });
+        }
     }
     Ok(ContextEvent::ContextSent {
         task: state.task.clone(),

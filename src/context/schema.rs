@@ -26,7 +26,12 @@ const MAX_VIOLATIONS: usize = 16;
 /// cannot blow up an error line or a `Refused` event.
 const MAX_MESSAGE_CHARS: usize = 300;
 
-type Compiled = Result<jsonschema::Validator, String>;
+/// A schema that does not compile: a build defect, reported as
+/// `schema_unavailable` rather than a panic.
+#[derive(Debug, Clone)]
+pub(crate) struct SchemaDefect(String);
+
+type Compiled = Result<jsonschema::Validator, SchemaDefect>;
 
 static TASK_VALIDATOR: OnceLock<Compiled> = OnceLock::new();
 static AGENT_VALIDATOR: OnceLock<Compiled> = OnceLock::new();
@@ -35,8 +40,9 @@ static AGENT_VALIDATOR: OnceLock<Compiled> = OnceLock::new();
 /// (rather than a panic) and surfaced as `schema_unavailable`.
 pub(crate) fn compile(text: &str) -> Compiled {
     let schema: Value =
-        serde_json::from_str(text).map_err(|e| format!("schema is not JSON: {e}"))?;
-    jsonschema::draft202012::new(&schema).map_err(|e| format!("schema does not compile: {e}"))
+        serde_json::from_str(text).map_err(|e| SchemaDefect(format!("schema is not JSON: {e}")))?;
+    jsonschema::draft202012::new(&schema)
+        .map_err(|e| SchemaDefect(format!("schema does not compile: {e}")))
 }
 
 fn validator(kind: ContextKind) -> Result<&'static jsonschema::Validator, ContextError> {
@@ -46,9 +52,9 @@ fn validator(kind: ContextKind) -> Result<&'static jsonschema::Validator, Contex
     };
     compiled
         .as_ref()
-        .map_err(|detail| ContextError::SchemaUnavailable {
+        .map_err(|defect| ContextError::SchemaUnavailable {
             kind,
-            detail: detail.clone(),
+            detail: defect.0.clone(),
         })
 }
 

@@ -163,8 +163,8 @@ impl Engine {
             ContextEvent::BlobPut {
                 uri, digest, size, ..
             } => Ok((uri, digest, size)),
-            _ => Err(LedgerError::Other(
-                "put_blob decided something other than a blob".into(),
+            _ => Err(LedgerError::Internal(
+                "put_blob decided another kind of event",
             )),
         }
     }
@@ -195,8 +195,8 @@ impl Engine {
                     accounting,
                 })
             }
-            _ => Err(LedgerError::Other(
-                "send_context decided something other than a send".into(),
+            _ => Err(LedgerError::Internal(
+                "send_context decided another kind of event",
             )),
         }
     }
@@ -226,8 +226,8 @@ impl Engine {
         });
         match self.decided(&state, "get_blob", Some(agent), d)? {
             ContextEvent::BlobRead { digest, .. } => Ok((bytes.unwrap_or_default(), digest)),
-            _ => Err(LedgerError::Other(
-                "get_blob decided something other than a read".into(),
+            _ => Err(LedgerError::Internal(
+                "get_blob decided another kind of event",
             )),
         }
     }
@@ -268,8 +268,8 @@ impl Engine {
             ContextEvent::ContextReturned {
                 subtask, layer1, ..
             } => Ok((subtask, layer1)),
-            _ => Err(LedgerError::Other(
-                "return_context decided something other than a return".into(),
+            _ => Err(LedgerError::Internal(
+                "return_context decided another kind of event",
             )),
         }
     }

@@ -46,31 +46,37 @@ impl DataDir {
     /// both assume a single writer.
     pub fn lock(&self) -> Result<File> {
         use fs2::FileExt;
-        std::fs::create_dir_all(&self.root).map_err(|e| {
-            LedgerError::Other(format!("create data dir {}: {e}", self.root.display()))
-        })?;
-        let f = File::create(self.lock_path()).map_err(|e| {
-            LedgerError::Other(format!("create {}: {e}", self.lock_path().display()))
-        })?;
-        f.try_lock_exclusive().map_err(|_| {
-            LedgerError::Other(format!(
-                "data dir {} is in use by another agentledger process",
-                self.root.display()
-            ))
-        })?;
+        std::fs::create_dir_all(&self.root)
+            .map_err(|e| LedgerError::io(format!("create data dir {}", self.root.display()), e))?;
+        let f = File::create(self.lock_path())
+            .map_err(|e| LedgerError::io(format!("create {}", self.lock_path().display()), e))?;
+        f.try_lock_exclusive()
+            .map_err(|_| LedgerError::DataDirInUse(self.root.clone()))?;
         Ok(f)
     }
 }
 
-/// Run `f`, turning a panic into an error message (sled panics on some
-/// kinds of damage instead of returning an error).
-pub(crate) fn guarded<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+/// A panic caught while opening or reading the views, with its message.
+#[derive(Debug)]
+pub(crate) struct Panicked(pub String);
+
+impl std::fmt::Display for Panicked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Run `f`, turning a panic into its message (sled panics on some kinds of
+/// damage instead of returning an error).
+pub(crate) fn guarded<T>(f: impl FnOnce() -> T) -> std::result::Result<T, Panicked> {
     catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
-        panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic without a message".into())
+        Panicked(
+            panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into()),
+        )
     })
 }
 
@@ -96,23 +102,22 @@ pub(crate) fn open_views(dd: &DataDir, log: &dyn Log) -> Result<Views> {
         aside.display()
     );
     let _ = std::fs::remove_dir_all(&aside);
-    if let Err(e) = std::fs::rename(dd.views(), &aside) {
-        if dd.views().exists() {
-            std::fs::remove_dir_all(dd.views()).map_err(|e2| {
-                LedgerError::Other(format!(
-                    "cannot set aside the views {} ({e}) nor remove them ({e2})",
-                    dd.views().display()
-                ))
-            })?;
-        }
+    if std::fs::rename(dd.views(), &aside).is_err() && dd.views().exists() {
+        std::fs::remove_dir_all(dd.views()).map_err(|e| {
+            LedgerError::io(
+                format!("set aside or remove the views {}", dd.views().display()),
+                e,
+            )
+        })?;
     }
     match trusted_views(&dd.views(), log) {
         Ok(views) => Ok(views),
         Err(Distrust::Log(e)) => Err(e),
-        Err(Distrust::Views(why)) => Err(LedgerError::Other(format!(
+        Err(Distrust::Views(why)) => Err(crate::views::ViewError::Inconsistent(format!(
             "fresh views in {} failed too: {why}",
             dd.views().display()
-        ))),
+        ))
+        .into()),
     }
 }
 

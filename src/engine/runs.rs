@@ -212,8 +212,8 @@ impl Engine {
             .views
             .version(&run.agent, run.version)?
             .ok_or_else(|| {
-                LedgerError::Other(format!(
-                    "version {} of agent {} is missing from the views; run `agentledger rebuild`",
+                crate::views::ViewError::Inconsistent(format!(
+                    "version {} of agent {} is missing from the views",
                     run.version, run.agent
                 ))
             })?;

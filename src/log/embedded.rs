@@ -668,7 +668,8 @@ impl EmbeddedLog {
     }
 
     fn open_as(dir: &Path, config: &EmbeddedConfig, access: Access) -> Result<Self, LogError> {
-        crate::model::ids::check_topic_prefix(&config.topic_prefix).map_err(LogError::Config)?;
+        crate::model::ids::check_topic_prefix(&config.topic_prefix)
+            .map_err(|e| LogError::Config(e.to_string()))?;
         let dir = dir.to_path_buf();
         if access == Access::Write {
             fs::create_dir_all(&dir)

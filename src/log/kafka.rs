@@ -127,6 +127,17 @@ struct Pending {
     index: usize,
 }
 
+/// What the broker said of one record: where it landed, or why not.
+type Delivery = Result<(u32, u64), DeliveryFailure>;
+
+#[derive(Debug, Clone, thiserror::Error)]
+enum DeliveryFailure {
+    #[error("the broker acknowledged the record without an offset (partition {partition}, offset {offset})")]
+    NoOffset { partition: i32, offset: i64 },
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+}
+
 /// The delivery reports of one `append` call.
 struct Batch {
     state: Mutex<BatchState>,
@@ -134,7 +145,7 @@ struct Batch {
 }
 
 struct BatchState {
-    results: Vec<Option<Result<(u32, u64), String>>>,
+    results: Vec<Option<Delivery>>,
     reported: usize,
 }
 
@@ -149,7 +160,7 @@ impl Batch {
         }
     }
 
-    fn report(&self, index: usize, result: Result<(u32, u64), String>) {
+    fn report(&self, index: usize, result: Delivery) {
         // A poisoned lock only means an appender panicked; the report still
         // belongs in the state.
         let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -171,7 +182,7 @@ impl Batch {
             .reported
     }
 
-    fn results(&self) -> Vec<Option<Result<(u32, u64), String>>> {
+    fn results(&self) -> Vec<Option<Delivery>> {
         self.state
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -234,12 +245,11 @@ impl ProducerContext for Ctx {
             Ok(m) if m.partition() >= 0 && m.offset() >= 0 => {
                 Ok((m.partition() as u32, m.offset() as u64))
             }
-            Ok(m) => Err(format!(
-                "the broker acknowledged the record without an offset (partition {}, offset {})",
-                m.partition(),
-                m.offset()
-            )),
-            Err((e, _)) => Err(e.to_string()),
+            Ok(m) => Err(DeliveryFailure::NoOffset {
+                partition: m.partition(),
+                offset: m.offset(),
+            }),
+            Err((e, _)) => Err(DeliveryFailure::Kafka(e.clone())),
         };
         pending.batch.report(pending.index, outcome);
     }
@@ -336,12 +346,7 @@ impl Appender {
 
     /// Wait until `expected` reports of `batch` arrived or `deadline`
     /// passed; returns the reports so far.
-    fn wait(
-        &self,
-        batch: &Batch,
-        expected: usize,
-        deadline: Instant,
-    ) -> Vec<Option<Result<(u32, u64), String>>> {
+    fn wait(&self, batch: &Batch, expected: usize, deadline: Instant) -> Vec<Option<Delivery>> {
         loop {
             let now = Instant::now();
             if batch.reported() >= expected || now >= deadline {
@@ -460,7 +465,7 @@ fn producer_config(config: &KafkaConfig) -> ClientConfig {
 fn new_reader(config: &KafkaConfig) -> Result<Reader, LogError> {
     let consumer: BaseConsumer<Ctx> = consumer_config(config)
         .create_with_context(Ctx)
-        .map_err(|e| LogError::Unavailable(format!("cannot create the Kafka consumer: {e}")))?;
+        .map_err(|e| LogError::Config(format!("cannot create the Kafka consumer: {e}")))?;
     Ok(Reader {
         consumer,
         position: None,
@@ -564,7 +569,8 @@ impl KafkaLog {
                 "no Kafka brokers given (bootstrap servers are empty)".into(),
             ));
         }
-        crate::model::ids::check_topic_prefix(&config.topic_prefix).map_err(LogError::Config)?;
+        crate::model::ids::check_topic_prefix(&config.topic_prefix)
+            .map_err(|e| LogError::Config(e.to_string()))?;
         if config.replication_factor == 0 || config.ledger_partitions == 0 {
             return Err(LogError::Config(format!(
                 "invalid Kafka layout: replication factor {} and ledger partitions {} must be at least 1",
@@ -602,7 +608,7 @@ impl KafkaLog {
         let partitions = ensure_topics(&admin, config, &names, &md)?;
 
         let producer = Appender::new(config)
-            .map_err(|e| LogError::Unavailable(format!("cannot create the Kafka producer: {e}")))?;
+            .map_err(|e| LogError::Config(format!("cannot create the Kafka producer: {e}")))?;
         // Fail at connect, not at the first read, if consumers cannot be made.
         new_reader(config)?;
         Ok(KafkaLog {

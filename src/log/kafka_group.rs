@@ -85,7 +85,7 @@ pub(super) struct KafkaMembership {
 impl KafkaMembership {
     pub fn join(config: &KafkaConfig, ledger_topic: &str, group: &str) -> Result<Self, LogError> {
         if group.is_empty() {
-            return Err(LogError::Unavailable("the group name is empty".into()));
+            return Err(LogError::Config("the group name is empty".into()));
         }
         let group_id = format!("{}{group}", config.topic_prefix);
         let owned = Owned::default();
@@ -107,7 +107,7 @@ impl KafkaMembership {
                 topic: ledger_topic.to_string(),
                 owned: owned.clone(),
             })
-            .map_err(|e| LogError::Unavailable(format!("cannot create the group consumer: {e}")))?;
+            .map_err(|e| LogError::Config(format!("cannot create the group consumer: {e}")))?;
         consumer.subscribe(&[ledger_topic]).map_err(|e| {
             LogError::Unavailable(format!(
                 "cannot join group {group_id:?} on {}: {e}",

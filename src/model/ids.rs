@@ -49,7 +49,15 @@ pub fn valid_name(name: &str) -> bool {
 /// A topic prefix names directories under `--data` and Kafka topics: only
 /// what both accept (letters, digits, `.`, `_`, `-`; at most 100 bytes), and
 /// never `.` or `..` alone, so it cannot lead out of the data dir.
-pub fn check_topic_prefix(prefix: &str) -> Result<(), String> {
+/// A topic prefix that names no safe place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "topic prefix {0:?} may hold only letters, digits, '.', '_' and '-' (at most 100), \
+     and may not be '.' or '..'"
+)]
+pub struct InvalidTopicPrefix(pub String);
+
+pub fn check_topic_prefix(prefix: &str) -> Result<(), InvalidTopicPrefix> {
     let ok = prefix.len() <= 100
         && prefix
             .bytes()
@@ -59,10 +67,7 @@ pub fn check_topic_prefix(prefix: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "topic prefix {prefix:?} may hold only letters, digits, '.', '_' and '-' (at most 100), \
-             and may not be '.' or '..'"
-        ))
+        Err(InvalidTopicPrefix(prefix.chars().take(120).collect()))
     }
 }
 

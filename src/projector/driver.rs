@@ -76,11 +76,11 @@ fn decode_batch(topic: Topic, p: u32, recs: Vec<crate::log::LogRecord>) -> Resul
         .map(|r| {
             codec::decode_for_projection(&r.payload)
                 .map(|rec| (r.offset, rec))
-                .map_err(|e| {
-                    LedgerError::Other(format!(
-                        "record {topic}/{p}@{} cannot be projected: {e} (run `agentledger verify`)",
-                        r.offset
-                    ))
+                .map_err(|source| LedgerError::Undecodable {
+                    topic,
+                    partition: p,
+                    offset: r.offset,
+                    source,
                 })
         })
         .collect()

@@ -79,7 +79,7 @@ pub fn checkpoint_json(bytes: &[u8]) -> Result<(), TestCaseError> {
     match serde_json::from_slice::<Checkpoint>(bytes) {
         Ok(cp) => {
             if let Err(why) = cp.self_check() {
-                clear("checkpoint self check", why)?;
+                clear("checkpoint self check", why.to_string())?;
             }
             let _ = cp.digest_at(cp.from);
             let _ = cp.topic();
@@ -101,7 +101,7 @@ pub fn export_text(bytes: &[u8]) -> Result<(), TestCaseError> {
             }
             Ok(())
         }
-        Err(e) => clear("export", e),
+        Err(e) => clear("export", e.to_string()),
     }
 }
 
