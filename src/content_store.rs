@@ -10,6 +10,7 @@
 //! anything: bytes go only in a [`ContentStore::sweep`] (run by `serve` and
 //! by `agentledger gc`), and only when no live reference holds them.
 
+use crate::model::cas::ContentRef;
 use sha2::{Digest, Sha256};
 use std::fs;
 use std::io::Write;
@@ -27,7 +28,7 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
-    #[error("not a content ref: {0:?} (expected cas://sha256/<64 hex digits>)")]
+    #[error("not a content ref: {0:?} (expected cas://sha256/<64 lowercase hex digits>)")]
     BadRef(String),
     #[error("no blob {0} in the content store")]
     Missing(String),
@@ -53,23 +54,11 @@ pub struct StoredBlob {
     pub size: u64,
 }
 
-pub fn uri_for_hex(hex: &str) -> String {
-    format!("cas://sha256/{hex}")
-}
-
 /// The hex digest inside a `cas://sha256/<hex>` ref.
-pub fn parse_uri(uri: &str) -> Result<&str, StoreError> {
-    let hex = uri
-        .strip_prefix("cas://sha256/")
-        .ok_or_else(|| StoreError::BadRef(uri.chars().take(200).collect()))?;
-    if hex.len() != 64
-        || !hex
-            .bytes()
-            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-    {
-        return Err(StoreError::BadRef(uri.chars().take(200).collect()));
-    }
-    Ok(hex)
+fn hex_of(uri: &str) -> Result<String, StoreError> {
+    ContentRef::parse(uri)
+        .map(|r| r.hex().to_owned())
+        .map_err(|e| StoreError::BadRef(e.uri))
 }
 
 /// What a sweep found and did.
@@ -109,7 +98,8 @@ impl ContentStore {
             return Err(StoreError::TooLarge { size: bytes.len() });
         }
         let sha256: [u8; 32] = Sha256::digest(bytes).into();
-        let hex = hex::encode(sha256);
+        let content_ref = ContentRef::for_sha256(&sha256);
+        let hex = content_ref.hex().to_owned();
         let path = self.path_of(&hex);
         let refreshed = fs::File::options()
             .append(true)
@@ -129,8 +119,8 @@ impl ContentStore {
             fs::rename(&tmp, &path).map_err(io(format!("rename into {}", path.display())))?;
         }
         Ok(StoredBlob {
-            uri: uri_for_hex(&hex),
-            digest: format!("sha256:{hex}"),
+            uri: content_ref.to_string(),
+            digest: content_ref.digest(),
             sha256,
             size: bytes.len() as u64,
         })
@@ -139,8 +129,8 @@ impl ContentStore {
     /// Read a blob by ref, checking its digest. Whether the reference the
     /// caller holds is still live is the ledger's question, not the store's.
     pub fn get(&self, uri: &str) -> Result<Vec<u8>, StoreError> {
-        let hex = parse_uri(uri)?;
-        let path = self.path_of(hex);
+        let hex = hex_of(uri)?;
+        let path = self.path_of(&hex);
         let bytes = match fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -161,8 +151,8 @@ impl ContentStore {
     /// The bytes stored under a ref, unchecked (the caller verifies the
     /// digest itself and decides what a mismatch means); `None` if absent.
     pub fn read_raw(&self, uri: &str) -> Option<Vec<u8>> {
-        let hex = parse_uri(uri).ok()?;
-        fs::read(self.path_of(hex)).ok()
+        let hex = hex_of(uri).ok()?;
+        fs::read(self.path_of(&hex)).ok()
     }
 
     /// Remove the bytes no live reference holds. `live` says, for a blob's
@@ -242,12 +232,12 @@ impl ContentStore {
 
     /// Whether bytes with this sha256 are in the store.
     pub fn holds(&self, sha256: &[u8; 32]) -> bool {
-        self.path_of(&hex::encode(sha256)).exists()
+        self.path_of(ContentRef::for_sha256(sha256).hex()).exists()
     }
 
     /// The on-disk path of a blob (tests use it to tamper).
     pub fn blob_path(&self, uri: &str) -> Result<PathBuf, StoreError> {
-        Ok(self.path_of(parse_uri(uri)?))
+        Ok(self.path_of(&hex_of(uri)?))
     }
 }
 

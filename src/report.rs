@@ -242,9 +242,9 @@ pub fn step_line(run: &str, s: &TrailStep) -> String {
 }
 
 fn short_uri(uri: &str) -> String {
-    match uri.strip_prefix("cas://sha256/") {
-        Some(hex) if hex.len() > 12 => format!("cas://sha256/{}…", &hex[..12]),
-        _ => uri.to_string(),
+    match crate::model::cas::ContentRef::parse(uri) {
+        Ok(r) => r.short(),
+        Err(_) => shown(uri).into_owned(),
     }
 }
 
@@ -364,6 +364,12 @@ fn context_line(master_run: &str, ev: &ContextEvent) -> String {
             format!("{op} by {by} REFUSED ({code}): {message}")
         }
     }
+}
+
+/// An artifact as every JSON answer and topic shows it: name, ref, digest
+/// and size (never bytes).
+pub fn artifact_json(a: &ArtifactRef) -> Value {
+    json!({"name": a.name, "ref": a.content_ref(), "digest": a.digest(), "size": a.size})
 }
 
 /// One JSON object for a step.

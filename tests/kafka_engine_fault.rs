@@ -13,7 +13,6 @@
 //! (`run_exists` / `run_closed`) and counts that as done.
 
 mod common;
-mod support;
 
 use agentledger::apply::apply_value;
 use agentledger::codec;
@@ -22,10 +21,10 @@ use agentledger::log::kafka::KafkaConfig;
 use agentledger::log::Topic;
 use agentledger::projector::project_all;
 use agentledger::views::Views;
+use common::*;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
-use support::*;
 
 const RUNS: usize = 2_600; // 4 events each: open, close, listener open, dispatched
 const KILL_AT: usize = 700;

@@ -9,16 +9,16 @@
 //! both, so a record written by a failed attempt is told apart from the
 //! acknowledged copy.
 
-mod support;
+mod common;
 
 use agentledger::log::kafka::{KafkaConfig, KafkaLog};
 use agentledger::log::{Log, Topic};
+use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::*;
 
 const BATCH: u64 = 100;
 const MIN_RECORDS: u64 = 10_000;

@@ -5,13 +5,13 @@
 //! Each Kafka test gets topics of its own (a unique prefix), so tests never
 //! see each other's records.
 
-mod support;
+mod common;
 
 use agentledger::log::kafka::{KafkaConfig, KafkaLog};
 use agentledger::log::{Log, LogError, Topic};
+use common::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use support::*;
 
 type Records = Vec<(Vec<u8>, Vec<u8>)>;
 

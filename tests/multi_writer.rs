@@ -6,7 +6,6 @@
 //! object) and on Kafka (two engines on the same topics).
 
 mod common;
-mod support;
 
 use agentledger::apply::apply_value;
 use agentledger::content_store::ContentStore;
@@ -129,8 +128,8 @@ fn embedded_loop_search_sees_another_writers_versions() {
 #[test]
 fn kafka_loop_search_sees_another_writers_versions() {
     let cfg = KafkaConfig {
-        topic_prefix: support::unique_prefix("loops"),
-        ..KafkaConfig::new(support::required_env(support::KAFKA_ENV))
+        topic_prefix: common::unique_prefix("loops"),
+        ..KafkaConfig::new(common::required_env(common::KAFKA_ENV))
     };
     let d = tempfile::tempdir().unwrap();
     let mut a = Engine::open_kafka(d.path().join("a"), &cfg, stale_ok()).unwrap();
@@ -158,8 +157,8 @@ fn embedded_two_writers_conflict_and_catch_up() {
 #[test]
 fn kafka_two_writers_conflict_and_catch_up() {
     let cfg = KafkaConfig {
-        topic_prefix: support::unique_prefix("multi"),
-        ..KafkaConfig::new(support::required_env(support::KAFKA_ENV))
+        topic_prefix: common::unique_prefix("multi"),
+        ..KafkaConfig::new(common::required_env(common::KAFKA_ENV))
     };
     let d = tempfile::tempdir().unwrap();
     let mut a = Engine::open_kafka(d.path().join("a"), &cfg, stale_ok()).unwrap();

@@ -322,8 +322,7 @@ pub fn listener_input_json(t: &Trigger) -> Value {
     json!({
         "event": t.event, "event_id": t.event_id, "context": t.context, "source_run": t.source_run,
         "labels": labels,
-        "artifacts": t.artifacts.iter().map(|a| json!({"name": a.name, "ref": a.content_ref(),
-            "digest": a.digest(), "size": a.size})).collect::<Vec<_>>(),
+        "artifacts": t.artifacts.iter().map(crate::report::artifact_json).collect::<Vec<_>>(),
     })
 }
 
@@ -516,8 +515,7 @@ pub fn apply_request(engine: &mut Engine, request: &Request) -> Result<Value, Op
             Ok(
                 json!({"ok": true, "run": a.run, "withheld": withheld_json(&a.withheld),
                       "labels": a.labels,
-                      "artifacts": a.artifacts.iter().map(|x| json!({"name": x.name,
-                          "ref": x.content_ref(), "digest": x.digest(), "size": x.size}))
+                      "artifacts": a.artifacts.iter().map(crate::report::artifact_json)
                           .collect::<Vec<_>>()}),
             )
         }

@@ -186,7 +186,7 @@ pub fn run() -> i32 {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     quiet_sled_panics();
-    match dispatch(cli) {
+    match run_command(cli) {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => 0,
         Err(e) => {
@@ -315,7 +315,7 @@ pub fn open_log_read_only(cli: &Cli) -> Result<(Option<std::fs::File>, Box<dyn L
     })
 }
 
-fn dispatch(cli: Cli) -> Result<i32> {
+fn run_command(cli: Cli) -> Result<i32> {
     agentledger::model::ids::check_topic_prefix(&cli.topic_prefix)
         .map_err(|e| anyhow::anyhow!("--topic-prefix: {e}"))?;
     match &cli.command {

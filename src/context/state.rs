@@ -103,9 +103,9 @@ impl TaskState {
         self.blobs.get(uri).map(|b| b.size)
     }
 
-    /// Apply one event in place (see [`evolve`]; `TaskOpened` is ignored
+    /// Fold one event in place (see [`evolve`]; `TaskOpened` is ignored
     /// here because the state already exists).
-    pub fn apply(&mut self, event: &ContextEvent) {
+    pub fn evolve(&mut self, event: &ContextEvent) {
         if event.task() != self.task {
             return;
         }
@@ -211,7 +211,7 @@ pub fn evolve(state: Option<TaskState>, event: &ContextEvent) -> Option<TaskStat
             context_bytes: 0,
         }),
         (Some(mut s), e) => {
-            s.apply(e);
+            s.evolve(e);
             Some(s)
         }
         (None, _) => None,

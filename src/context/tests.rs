@@ -152,14 +152,14 @@ fn opened() -> TaskState {
     // (content an invoked agent compressed is put in the task too).
     for content in ["alpha", "beta", "gamma", "delta", "other", "b", "result"] {
         let ev = decide_put_blob(&state, content.as_bytes(), "text/plain", 3600, NOW);
-        state.apply(&ev);
+        state.evolve(&ev);
     }
     state
 }
 
 fn send(state: &mut TaskState, mode: Mode, ctx: &Value) -> Result<String, ContextError> {
     let ev = decide_send(state, MASTER, mode, ctx, NOW)?;
-    state.apply(&ev);
+    state.evolve(&ev);
     match ev {
         ContextEvent::ContextSent { subtask, .. } => Ok(subtask),
         other => panic!("unexpected event {other:?}"),
@@ -168,7 +168,7 @@ fn send(state: &mut TaskState, mode: Mode, ctx: &Value) -> Result<String, Contex
 
 fn ret(state: &mut TaskState, agent: &str, ctx: &Value) -> Result<Layer1, ContextError> {
     let ev = decide_return(state, agent, ctx, &resolves, NOW)?;
-    state.apply(&ev);
+    state.evolve(&ev);
     match ev {
         ContextEvent::ContextReturned { layer1, .. } => Ok(layer1),
         other => panic!("unexpected event {other:?}"),
@@ -177,7 +177,7 @@ fn ret(state: &mut TaskState, agent: &str, ctx: &Value) -> Result<Layer1, Contex
 
 fn eval(state: &mut TaskState, subtask: &str, outcome: Outcome) -> Result<(), ContextError> {
     let ev = decide_evaluate(state, MASTER, subtask, outcome, "checked", NOW)?;
-    state.apply(&ev);
+    state.evolve(&ev);
     Ok(())
 }
 
@@ -519,7 +519,7 @@ fn r11_only_master_updates_task_context() {
 
     let ev = decide_update_task(&state, MASTER, &tc, NOW).expect("master may");
     let mut state = state;
-    state.apply(&ev);
+    state.evolve(&ev);
     assert_eq!(state.task_context.overall_status, "done");
 
     // The TaskID of an open task is fixed.
@@ -976,8 +976,8 @@ fn r15_put_blob_records_digest_and_expiry() {
     assert_eq!((*size, *expires_at), (5, NOW + 60_000));
     // A re-put never shortens an existing expiry.
     let mut state = state;
-    state.apply(&ev);
-    state.apply(&decide_put_blob(&state, b"hello", "text/plain", 1, NOW));
+    state.evolve(&ev);
+    state.evolve(&decide_put_blob(&state, b"hello", "text/plain", 1, NOW));
     assert_eq!(state.blobs[uri].expires_at, NOW + 60_000);
 }
 
@@ -1111,7 +1111,7 @@ fn full_history() -> Vec<ContextEvent> {
     let mut state = evolve(None, &open).expect("state");
     events.push(open);
     let mut record = |state: &mut TaskState, ev: ContextEvent| {
-        state.apply(&ev);
+        state.evolve(&ev);
         events.push(ev);
     };
     let put = decide_put_blob(&state, b"alpha", "text/plain", 60, NOW);
@@ -1155,11 +1155,11 @@ fn events_rebuild_state_by_folding() {
         *task = "t2".into();
     }
     let mut again = state.clone();
-    again.apply(&other);
+    again.evolve(&other);
     assert_eq!(again, state);
     // Applying a record twice changes nothing.
     let mut again = state.clone();
-    again.apply(&events[2]);
+    again.evolve(&events[2]);
     assert_eq!(again, state);
     // Nothing before TaskOpened builds a state.
     assert_eq!(evolve(None, &events[1]), None);

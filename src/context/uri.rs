@@ -8,79 +8,21 @@
 //! compared as strings and two spellings of one blob must not be two grants.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::error::ContextError;
 use super::UnixMillis;
 
-const PREFIX: &str = "cas://sha256/";
+/// The draft's ContextURI is a content reference (see [`crate::model::cas`]).
+pub use crate::model::cas::{sha256_hex, ContentRef as ContextUri};
 
-/// A parsed ContextURI.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ContextUri {
-    /// Lowercase hex sha256 of the content.
-    hex: String,
-}
-
-impl ContextUri {
-    /// Reference for `content`.
-    pub fn for_content(content: &[u8]) -> Self {
-        ContextUri {
-            hex: sha256_hex(content),
-        }
-    }
-
-    /// Lowercase hex sha256 named by the reference.
-    pub fn hex(&self) -> &str {
-        &self.hex
-    }
-
-    /// The sha256 as bytes.
-    pub fn sha256(&self) -> [u8; 32] {
-        let mut out = [0u8; 32];
-        // Parsed references hold exactly 64 lowercase hex digits.
-        let _ = hex::decode_to_slice(&self.hex, &mut out);
-        out
-    }
-
-    /// The ledger's digest spelling, `sha256:<hex>`.
-    pub fn digest(&self) -> String {
-        format!("sha256:{}", self.hex)
-    }
-}
-
-impl fmt::Display for ContextUri {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{PREFIX}{}", self.hex)
-    }
-}
-
-/// Parse `cas://sha256/<64 lowercase hex>`; anything else is `bad_uri`.
+/// Parse a ContextURI; anything else is `bad_uri`.
 pub fn parse_context_uri(uri: &str) -> Result<ContextUri, ContextError> {
-    let bad = |reason: &str| ContextError::BadUri {
-        uri: uri.chars().take(200).collect(),
-        reason: reason.to_owned(),
-    };
-    let hex = uri
-        .strip_prefix(PREFIX)
-        .ok_or_else(|| bad("expected cas://sha256/<64 hex digits>"))?;
-    if hex.len() != 64 {
-        return Err(bad("the sha256 digest must be 64 hex digits"));
-    }
-    if !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-        return Err(bad("the sha256 digest must be lowercase hex"));
-    }
-    Ok(ContextUri {
-        hex: hex.to_owned(),
+    ContextUri::parse(uri).map_err(|e| ContextError::BadUri {
+        uri: e.uri,
+        reason: e.reason.to_owned(),
     })
-}
-
-/// Lowercase hex sha256 of `content`.
-pub fn sha256_hex(content: &[u8]) -> String {
-    hex::encode(Sha256::digest(content))
 }
 
 /// What the ledger keeps about stored content (never the bytes): it outlives

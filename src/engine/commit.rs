@@ -3,7 +3,7 @@
 //! landed first (ahead of the acknowledgement on Kafka), else from the log,
 //! answering `conflict` when another writer decided the same step first.
 
-use super::{Engine, Pending};
+use super::{Decided, Engine};
 use crate::audit::checkpoint::CHAINED_TOPICS;
 use crate::audit::recent::RecentDigests;
 use crate::codec;
@@ -11,7 +11,7 @@ use crate::codes::Code;
 use crate::error::{LedgerError, Refusal, Result};
 use crate::log::{Log, Topic};
 use crate::model::LedgerEvent;
-use crate::projector::driver::{apply_batch, prepare_batch, project_partition, DecodedBatch};
+use crate::projector::driver::{evolve_batch, prepare_batch, project_partition, DecodedBatch};
 use crate::projector::Position;
 use crate::views::Views;
 
@@ -25,7 +25,7 @@ impl Engine {
     /// as a follow-up warning for the answer ([`Engine::take_follow_ups`]),
     /// never as the operation's error. Only a `conflict` found while
     /// projecting (another writer decided the same step first) fails it.
-    pub(crate) fn commit(&mut self, pending: Vec<Pending>) -> Result<Vec<Position>> {
+    pub(crate) fn commit(&mut self, pending: Vec<Decided>) -> Result<Vec<Position>> {
         if pending.is_empty() {
             return Ok(Vec::new());
         }
@@ -136,7 +136,7 @@ impl Engine {
     /// chained topics they touched (where a checkpoint may now be due).
     fn project_own(
         &mut self,
-        pending: &[Pending],
+        pending: &[Decided],
         encoded: &[Vec<u8>],
         positions: &[Position],
     ) -> Result<Vec<(Topic, u32)>> {
@@ -169,7 +169,7 @@ impl Engine {
                     .iter()
                     .map(|(offset, i)| Ok((*offset, codec::decode_for_projection(&encoded[*i])?)))
                     .collect::<Result<DecodedBatch>>()?;
-                apply_batch(&self.views, topic, part, batch)?;
+                evolve_batch(&self.views, topic, part, batch)?;
                 if CHAINED_TOPICS.contains(&topic) {
                     for (offset, i) in &recs {
                         let digest = crate::audit::hashchain::record_digest(&encoded[*i])?;
@@ -191,7 +191,7 @@ impl Engine {
     /// After projecting records of other writers that came before ours:
     /// fail the operation if one of ours was kept out as a second decision
     /// for something another writer had already decided.
-    fn check_landed(&self, p: &Pending, partition: u32, offset: u64) -> Result<()> {
+    fn check_landed(&self, p: &Decided, partition: u32, offset: u64) -> Result<()> {
         let conflict = |what: String| -> LedgerError {
             Refusal::new(Code::Conflict,
                 format!(

@@ -2,7 +2,7 @@
 //! every refusal of one is a step in the trail of the task's master run.
 //! The decisions are the pure functions of `crate::context`.
 
-use super::{Engine, Pending};
+use super::{Decided, Engine};
 use crate::codes::Code;
 use crate::context::{
     self, ContextAccounting, ContextError, ContextEvent, Layer1, Mode, Outcome, TaskState,
@@ -44,7 +44,7 @@ impl Engine {
     fn record_context(&mut self, master_run: &str, event: ContextEvent) -> Result<()> {
         let run = self.existing_run(master_run)?;
         let step = run.next_step;
-        self.commit(vec![Pending::step(
+        self.commit(vec![Decided::step(
             &run,
             step,
             LedgerEvent::Context(Box::new(ContextRecord {

@@ -11,8 +11,7 @@
 //! crash (dedupe by `event_id`) but never miss one, and never sees a
 //! withheld one.
 
-use super::runs::chain_key;
-use super::{Engine, Pending};
+use super::{Decided, Engine};
 use crate::error::Result;
 use crate::log::Topic;
 use crate::model::*;
@@ -75,14 +74,12 @@ pub fn published_json(run: &RunState, ev: &AgentEventOut, time_ms: u64) -> serde
         "root": run.root,
         "hop": run.hop,
         "time_ms": time_ms,
-        "artifacts": ev.artifacts.iter().map(|a| serde_json::json!({
-            "name": a.name,
-            "ref": a.content_ref(),
-            "digest": a.digest(),
-            "size": a.size,
-            "source_run": a.source_run,
-            "labels": a.labels,
-        })).collect::<Vec<_>>(),
+        "artifacts": ev.artifacts.iter().map(|a| {
+            let mut o = crate::report::artifact_json(a);
+            o["source_run"] = serde_json::json!(a.source_run);
+            o["labels"] = serde_json::json!(a.labels);
+            o
+        }).collect::<Vec<_>>(),
     })
 }
 
@@ -164,7 +161,9 @@ impl Engine {
         let now = self.now_ms();
         for ev in &events {
             published_json_recs.push((
-                chain_key(&run).into_bytes(),
+                ids::chain_key(run.root.as_deref(), &run.run)
+                    .as_bytes()
+                    .to_vec(),
                 serde_json::to_vec(&published_json(&run, ev, now)).unwrap_or_default(),
             ));
         }
@@ -210,7 +209,7 @@ impl Engine {
                             source_run: run.run.clone(),
                             input: trigger.clone(),
                         });
-                        pending.push(Pending {
+                        pending.push(Decided {
                             topic: Topic::Ledger,
                             key: root.clone(),
                             event_id: ids::step_event_id(&lr, 0),
@@ -230,7 +229,7 @@ impl Engine {
                         opened_ids.push(lr);
                     }
                     ListenerDecision::Refuse(reason) => {
-                        pending.push(Pending::step(
+                        pending.push(Decided::step(
                             &run,
                             next_step,
                             LedgerEvent::ListenerRefused(ListenerRefused {
@@ -253,7 +252,7 @@ impl Engine {
                 }
             }
         }
-        pending.push(Pending::step(
+        pending.push(Decided::step(
             &run,
             next_step,
             LedgerEvent::RunDispatched(RunDispatched {

@@ -72,7 +72,7 @@ impl Default for EngineOptions {
 
 /// One record the engine decided to write.
 #[derive(Debug, Clone)]
-pub(crate) struct Pending {
+pub(crate) struct Decided {
     pub topic: Topic,
     pub key: String,
     pub event_id: String,
@@ -80,12 +80,12 @@ pub(crate) struct Pending {
     pub event: LedgerEvent,
 }
 
-impl Pending {
+impl Decided {
     /// The next step of an existing run's trail, keyed on its chain.
     pub(crate) fn step(run: &crate::views::RunState, step: u32, event: LedgerEvent) -> Self {
-        Pending {
+        Decided {
             topic: Topic::Ledger,
-            key: runs::chain_key(run),
+            key: crate::model::ids::chain_key(run.root.as_deref(), &run.run).to_string(),
             event_id: crate::model::ids::step_event_id(&run.run, step),
             step,
             event,

@@ -1,7 +1,7 @@
 //! Publishing agent versions (registry topic) and the publish-time loop
 //! warning (R10).
 
-use super::{Engine, Pending};
+use super::{Decided, Engine};
 use crate::codes::Code;
 use crate::error::{Refusal, Result};
 use crate::log::Topic;
@@ -161,28 +161,14 @@ impl Engine {
             loop_check: LoopCheck::default(),
         };
         let bounds = self.opts.loop_bounds.clone();
-        let report =
+        let loop_check =
             loops::check_publish(self.agent_index()?, &node_of(&candidate), &access, &bounds);
-        let loop_check = LoopCheck {
-            warnings: report
-                .warnings
-                .into_iter()
-                .map(|w| LoopWarningRecord {
-                    loop_agents: w.loop_agents,
-                    text: w.text,
-                    note: w.note,
-                })
-                .collect(),
-            may_be_more: report.may_be_more,
-            checked_in_full: report.checked_in_full,
-            text: report.text,
-        };
         let version_rec = AgentVersion {
             loop_check: loop_check.clone(),
             ..candidate
         };
         let before = self.views.offset(Topic::Registry, 0)?;
-        self.commit(vec![Pending {
+        self.commit(vec![Decided {
             topic: Topic::Registry,
             key: req.agent.clone(),
             event_id: ids::agent_version_event_id(&req.agent, version),

@@ -1,6 +1,6 @@
 //! Opening runs, reading artifacts, closing runs.
 
-use super::{Engine, Pending};
+use super::{Decided, Engine};
 use crate::error::{Code, LedgerError, Refusal, Result};
 use crate::log::Topic;
 use crate::model::*;
@@ -41,12 +41,6 @@ pub struct CloseAnswer {
     pub artifacts: Vec<ArtifactRef>,
     /// The run's labels at close, which every artifact carries (R9).
     pub labels: Vec<String>,
-}
-
-/// The log key of a run's records: its chain root, so a chain stays in one
-/// partition and in order; a run without a chain keys on itself.
-pub(crate) fn chain_key(run: &RunState) -> String {
-    run.root.clone().unwrap_or_else(|| run.run.clone())
 }
 
 impl Engine {
@@ -91,8 +85,8 @@ impl Engine {
                 (Some(r), Some(h))
             }
         };
-        let key = root.clone().unwrap_or_else(|| run.to_string());
-        self.commit(vec![Pending {
+        let key = ids::chain_key(root.as_deref(), run).to_string();
+        self.commit(vec![Decided {
             topic: Topic::Ledger,
             key,
             event_id: ids::step_event_id(run, 0),
@@ -143,7 +137,7 @@ impl Engine {
         match decided {
             Ok((art, bytes)) => {
                 let labels_after = labels::after_read(&run.labels, &art);
-                self.commit(vec![Pending::step(
+                self.commit(vec![Decided::step(
                     &run,
                     step,
                     LedgerEvent::ArtifactRead(ArtifactRead {
@@ -159,7 +153,7 @@ impl Engine {
             }
             Err(refusal) => {
                 if run.is_open() {
-                    self.commit(vec![Pending::step(
+                    self.commit(vec![Decided::step(
                         &run,
                         step,
                         LedgerEvent::ReadRefused(ReadRefused {
@@ -232,7 +226,7 @@ impl Engine {
         }
         let (published, withheld) = chain::close_outcome(&run, &opened_on, req.status, &arts);
         let step = run.next_step;
-        self.commit(vec![Pending::step(
+        self.commit(vec![Decided::step(
             &run,
             step,
             LedgerEvent::RunClosed(RunClosed {

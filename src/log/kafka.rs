@@ -122,7 +122,7 @@ pub(super) fn ms(d: Duration) -> u64 {
 // librdkafka context: logs through tracing, routes delivery reports.
 
 /// One record of an `append` call, handed to librdkafka and back.
-struct Pending {
+struct InFlight {
     batch: Arc<Batch>,
     index: usize,
 }
@@ -238,9 +238,9 @@ pub(super) fn log_to_tracing(level: RDKafkaLogLevel, fac: &str, message: &str) {
 impl ConsumerContext for Ctx {}
 
 impl ProducerContext for Ctx {
-    type DeliveryOpaque = Box<Pending>;
+    type DeliveryOpaque = Box<InFlight>;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, pending: Box<Pending>) {
+    fn delivery(&self, result: &DeliveryResult<'_>, pending: Box<InFlight>) {
         let outcome = match result {
             Ok(m) if m.partition() >= 0 && m.offset() >= 0 => {
                 Ok((m.partition() as u32, m.offset() as u64))
@@ -884,7 +884,7 @@ impl Log for KafkaLog {
         let mut enqueued = 0usize;
         let mut enqueue_error: Option<String> = None;
         for (index, (key, payload)) in records.iter().enumerate() {
-            let pending = Box::new(Pending {
+            let pending = Box::new(InFlight {
                 batch: batch.clone(),
                 index,
             });

@@ -25,11 +25,11 @@
 //! pub struct LoopBounds { pub max_loops: usize, pub max_work: u64 }   // Default, unbounded()
 //! pub struct LoopWarning { pub loop_agents: Vec<String>, pub text: String,
 //!                          pub note: Option<String> }
-//! pub struct LoopReport { pub warnings: Vec<LoopWarning>, pub may_be_more: bool,
+//! pub struct LoopCheck { pub warnings: Vec<LoopWarning>, pub may_be_more: bool,
 //!                         pub checked_in_full: bool, pub text: Option<String> }
-//!     LoopReport::is_clean(&self) -> bool
+//!     LoopCheck::is_clean(&self) -> bool
 //! pub fn check_publish(index: &AgentIndex, candidate: &AgentNode,
-//!                      access: &[String], bounds: &LoopBounds) -> LoopReport
+//!                      access: &[String], bounds: &LoopBounds) -> LoopCheck
 //! pub fn scope_within(scope: &str, ancestor: &str) -> bool
 //! pub const OUTSIDE_ACCESS: &str = "an agent outside your access";
 //! ```
@@ -394,42 +394,7 @@ impl Default for LoopBounds {
     }
 }
 
-/// One loop closed by the published version.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LoopWarning {
-    /// The loop, starting and ending with the published agent; agents outside
-    /// the publisher's access are shown as [`OUTSIDE_ACCESS`].
-    #[serde(rename = "loop")]
-    pub loop_agents: Vec<String>,
-    /// The loop as one line: `developer → reviewer → developer`.
-    pub text: String,
-    /// Set for an agent that listens to its own event.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
-
-/// Everything a publish learns about the loops it closes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LoopReport {
-    /// Loops through the published agent, shortest first, then by name.
-    pub warnings: Vec<LoopWarning>,
-    /// A bound stopped the search: there may be loops beyond those named.
-    pub may_be_more: bool,
-    /// False when the work bound stopped the search before it could tell
-    /// whether the version closes any loop at all.
-    pub checked_in_full: bool,
-    /// A summary line whenever the report is not the whole story: the version
-    /// was not checked in full, or there may be more loops than named.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
-}
-
-impl LoopReport {
-    /// True when the version was checked in full and closes no loop.
-    pub fn is_clean(&self) -> bool {
-        self.warnings.is_empty() && self.checked_in_full && !self.may_be_more
-    }
-}
+pub use crate::model::{LoopCheck, LoopWarning};
 
 /// Scope ancestry, shared with the rest of the ledger.
 pub use crate::model::scope::scope_within;
@@ -442,7 +407,7 @@ pub fn check_publish(
     candidate: &AgentNode,
     access: &[String],
     bounds: &LoopBounds,
-) -> LoopReport {
+) -> LoopCheck {
     let max_loops = bounds.max_loops.max(1);
     // Ask for one loop more than may be named: finding it is what tells
     // "exactly max_loops" from "there may be more".
@@ -509,7 +474,7 @@ pub fn check_publish(
         None
     };
 
-    LoopReport {
+    LoopCheck {
         warnings,
         may_be_more,
         checked_in_full,

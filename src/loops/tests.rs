@@ -18,7 +18,7 @@ fn access(scopes: &[&str]) -> Vec<String> {
     scopes.iter().map(|s| s.to_string()).collect()
 }
 
-fn loops_of(report: &LoopReport) -> Vec<Vec<String>> {
+fn loops_of(report: &LoopCheck) -> Vec<Vec<String>> {
     report
         .warnings
         .iter()
@@ -712,7 +712,7 @@ fn r10_json_shape_matches_cli_contract() {
         &access(&["acme"]),
         &LoopBounds::default(),
     );
-    let json = serde_json::to_value(&report).unwrap();
+    let json = crate::apply::ops::loop_check_json(&report);
     assert_eq!(
         json,
         serde_json::json!({
@@ -722,8 +722,6 @@ fn r10_json_shape_matches_cli_contract() {
             "checked_in_full": true
         })
     );
-    let back: LoopReport = serde_json::from_value(json).unwrap();
-    assert_eq!(back, report);
 }
 
 const NAMES: [&str; 8] = ["ava", "bo", "cy", "dee", "eli", "fay", "gus", ""];

@@ -22,21 +22,40 @@ pub struct EmitDecl {
     pub artifacts: Vec<String>,
 }
 
-/// A loop the publish-time search found (R10), as shown to the publisher.
+/// One loop closed by a published version (R10), as shown to the publisher.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LoopWarningRecord {
+pub struct LoopWarning {
+    /// The loop, starting and ending with the published agent; agents
+    /// outside the publisher's access are shown as
+    /// [`crate::loops::OUTSIDE_ACCESS`].
+    #[serde(rename = "loop")]
     pub loop_agents: Vec<String>,
+    /// The loop as one line: `developer → reviewer → developer`.
     pub text: String,
+    /// Set for an agent that listens to its own event.
     pub note: Option<String>,
 }
 
-/// The outcome of the publish-time loop search, kept with the version.
+/// Everything a publish learns about the loops it closes (the loop
+/// search's report), kept with the version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct LoopCheck {
-    pub warnings: Vec<LoopWarningRecord>,
+    /// Loops through the published agent, shortest first, then by name.
+    pub warnings: Vec<LoopWarning>,
+    /// A bound stopped the search: there may be loops beyond those named.
     pub may_be_more: bool,
+    /// False when the work bound stopped the search before it could tell
+    /// whether the version closes any loop at all.
     pub checked_in_full: bool,
+    /// A summary line whenever the report is not the whole story.
     pub text: Option<String>,
+}
+
+impl LoopCheck {
+    /// True when the version was checked in full and closes no loop.
+    pub fn is_clean(&self) -> bool {
+        self.warnings.is_empty() && self.checked_in_full && !self.may_be_more
+    }
 }
 
 /// A published agent version (registry topic).
@@ -96,11 +115,11 @@ mod sha256_text_in_json {
 impl ArtifactRef {
     /// `cas://sha256/<hex>`: where the content store keeps the bytes.
     pub fn content_ref(&self) -> String {
-        format!("cas://sha256/{}", hex::encode(self.sha256))
+        super::cas::ContentRef::for_sha256(&self.sha256).to_string()
     }
     /// `sha256:<hex>`
     pub fn digest(&self) -> String {
-        format!("sha256:{}", hex::encode(self.sha256))
+        super::cas::ContentRef::for_sha256(&self.sha256).digest()
     }
 }
 

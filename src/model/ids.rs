@@ -37,6 +37,18 @@ pub fn listener_run_id(event_id: &str, agent: &str) -> String {
     format!("run-{}", digest_hex(&["listener", event_id, agent], 16))
 }
 
+/// How a run remembers a listener its event did not open (R3: a second
+/// delivery records nothing twice).
+pub fn refused_listener_key(event_id: &str, agent: &str) -> String {
+    format!("{event_id}/{agent}")
+}
+
+/// The log key of a run's records: its chain root, so a chain stays in one
+/// partition and in order; a run without a chain (R6) keys on itself.
+pub fn chain_key<'a>(root: Option<&'a str>, run: &'a str) -> &'a str {
+    root.unwrap_or(run)
+}
+
 /// Ids users give (runs, agents, tasks) are short, printable and unambiguous.
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()

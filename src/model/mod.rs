@@ -1,5 +1,6 @@
 //! The ledger's vocabulary: scopes, ids, and the events that make up the log.
 
+pub mod cas;
 pub mod event;
 pub mod ids;
 pub mod scope;

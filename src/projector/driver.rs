@@ -1,5 +1,5 @@
 //! The projection driver: reads the log partition by partition and folds
-//! its records into the views in atomic batches ([`super::apply`] per
+//! its records into the views in atomic batches ([`super::evolve`] per
 //! record), the views' offsets in the same batch. The engine catches up
 //! with it, `rebuild` builds fresh views with it.
 
@@ -63,7 +63,7 @@ pub fn project_partition(
             break;
         }
         let batch = decode_batch(topic, p, recs)?;
-        applied += apply_batch(views, topic, p, batch)?;
+        applied += evolve_batch(views, topic, p, batch)?;
     }
     progress(applied);
     Ok(applied)
@@ -87,7 +87,12 @@ fn decode_batch(topic: Topic, p: u32, recs: Vec<crate::log::LogRecord>) -> Resul
 }
 
 /// Apply one decoded batch and the offset it reaches in one atomic write.
-pub(crate) fn apply_batch(views: &Views, topic: Topic, p: u32, batch: DecodedBatch) -> Result<u64> {
+pub(crate) fn evolve_batch(
+    views: &Views,
+    topic: Topic,
+    p: u32,
+    batch: DecodedBatch,
+) -> Result<u64> {
     let (write, n) = prepare_batch(views, topic, p, batch)?;
     write.commit()?;
     Ok(n)
@@ -107,7 +112,7 @@ pub(crate) fn prepare_batch(
     let n = batch.len() as u64;
     let mut txn = views.txn();
     for (offset, rec) in batch {
-        super::apply(
+        super::evolve(
             &mut txn,
             Position {
                 partition: p,
@@ -160,7 +165,7 @@ fn project_partition_pipelined(
             if batch.is_empty() {
                 break;
             }
-            let n = apply_batch(views, topic, p, batch)?;
+            let n = evolve_batch(views, topic, p, batch)?;
             applied += n;
             progress(n);
         }

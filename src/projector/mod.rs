@@ -10,6 +10,7 @@ pub use driver::{project_all, project_partition, PROJECT_BATCH};
 
 use crate::codec::Record;
 use crate::model::*;
+use crate::rules::labels;
 use crate::views::{keys, AgentState, PublishedEvent, RunState, TrailPointer, ViewError, ViewTxn};
 
 /// Where a record sits in the log.
@@ -21,8 +22,8 @@ pub struct Position {
 
 /// Outcome of applying one record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Applied {
-    Applied,
+pub enum Evolved {
+    Changed,
     /// The same event was applied before (a duplicate delivery).
     Duplicate,
     /// Another event already holds this trail step: two writers decided for
@@ -30,20 +31,13 @@ pub enum Applied {
     Conflict,
 }
 
-fn sorted_union(a: &[String], b: &[String]) -> Vec<String> {
-    let mut v: Vec<String> = a.iter().chain(b.iter()).cloned().collect();
-    v.sort();
-    v.dedup();
-    v
-}
-
 /// Apply one ledger or registry record to the batch.
-pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applied, ViewError> {
+pub fn evolve(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Evolved, ViewError> {
     if let LedgerEvent::AgentPublished(v) = &rec.event {
-        return apply_version(txn, v);
+        return evolve_version(txn, v);
     }
     let Some(run_id) = rec.event.trail_run().map(str::to_string) else {
-        return Ok(Applied::Applied);
+        return Ok(Evolved::Changed);
     };
     let run_id = run_id.as_str();
     let mut digest8 = [0u8; 8];
@@ -61,14 +55,14 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
                     kind = rec.event.kind(),
                     "record for an unknown run; skipped"
                 );
-                return Ok(Applied::Conflict);
+                return Ok(Evolved::Conflict);
             }
         },
     };
     if seen_before {
         let held = txn.trail_step(run_id, rec.step)?;
         if held.is_some_and(|h| h.digest8 == digest8) {
-            return Ok(Applied::Duplicate);
+            return Ok(Evolved::Duplicate);
         }
         tracing::error!(
             run = run_id,
@@ -77,7 +71,7 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
             at = pos.offset,
             "another record already holds this trail step; keeping the first"
         );
-        return Ok(Applied::Conflict);
+        return Ok(Evolved::Conflict);
     }
     let pointer = TrailPointer {
         partition: pos.partition,
@@ -101,7 +95,7 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
                 hop: e.hop,
                 trigger: e.trigger,
                 legacy_trigger: e.legacy_trigger,
-                labels: sorted_union(&e.labels, &[]),
+                labels: labels::union(&[&e.labels]),
                 status: None,
                 next_step: step + 1,
                 tool_calls: 0,
@@ -128,7 +122,7 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
         }
         LedgerEvent::ArtifactRead(e) => {
             if let Some(run) = txn.run_mut(&e.run)? {
-                run.labels = sorted_union(&run.labels, &e.labels_after);
+                run.labels = labels::union(&[&run.labels, &e.labels_after]);
                 run.tool_calls += 1;
                 run.next_step = run.next_step.max(step + 1);
             }
@@ -146,7 +140,7 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
             }
             if let Some(run) = txn.run_mut(&e.run)? {
                 run.status = Some(e.status);
-                run.labels = sorted_union(&run.labels, &e.labels);
+                run.labels = labels::union(&[&run.labels, &e.labels]);
                 run.artifacts = e.artifacts;
                 run.published = e.published.iter().map(PublishedEvent::from_out).collect();
                 run.withheld = e.withheld;
@@ -156,7 +150,7 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
         }
         LedgerEvent::ListenerRefused(e) => {
             if let Some(run) = txn.run_mut(&e.source_run)? {
-                let k = format!("{}/{}", e.event_id, e.agent);
+                let k = crate::model::ids::refused_listener_key(&e.event_id, &e.agent);
                 if !run.refused_listeners.contains(&k) {
                     run.refused_listeners.push(k);
                 }
@@ -192,7 +186,7 @@ pub fn apply(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Applie
             txn.put(ckey, &cursor.max(e.closed_offset + 1));
         }
     }
-    Ok(Applied::Applied)
+    Ok(Evolved::Changed)
 }
 
 /// Note a reference to content that lives until `deadline`: the content
@@ -206,10 +200,10 @@ fn hold_content(txn: &mut ViewTxn<'_>, sha256: &[u8; 32], deadline: u64) -> Resu
     Ok(())
 }
 
-fn apply_version(txn: &mut ViewTxn<'_>, v: &AgentVersion) -> Result<Applied, ViewError> {
+fn evolve_version(txn: &mut ViewTxn<'_>, v: &AgentVersion) -> Result<Evolved, ViewError> {
     let vkey = keys::version(&v.agent, v.version);
     if txn.contains(&vkey)? {
-        return Ok(Applied::Duplicate);
+        return Ok(Evolved::Duplicate);
     }
     txn.put(vkey, v);
     let akey = keys::agent(&v.agent);
@@ -217,7 +211,7 @@ fn apply_version(txn: &mut ViewTxn<'_>, v: &AgentVersion) -> Result<Applied, Vie
     if let Some(cur) = &current {
         if cur.current > v.version {
             // An older version arriving late never replaces a newer one.
-            return Ok(Applied::Applied);
+            return Ok(Evolved::Changed);
         }
         if let Some(old) = txn.get::<AgentVersion>(&keys::version(&v.agent, cur.current))? {
             for ev in &old.listens {
@@ -236,5 +230,5 @@ fn apply_version(txn: &mut ViewTxn<'_>, v: &AgentVersion) -> Result<Applied, Vie
             scope: v.scope.clone(),
         },
     );
-    Ok(Applied::Applied)
+    Ok(Evolved::Changed)
 }

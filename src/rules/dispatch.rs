@@ -29,7 +29,7 @@ pub fn decide_listener(
         return ListenerDecision::NotAllowed;
     };
     let run = ids::listener_run_id(&event.event_id, &listener.agent);
-    let refused_key = format!("{}/{}", event.event_id, listener.agent);
+    let refused_key = ids::refused_listener_key(&event.event_id, &listener.agent);
     if already_opened || source.refused_listeners.contains(&refused_key) {
         return ListenerDecision::AlreadyDone;
     }
