@@ -191,11 +191,24 @@ fn trail_and_chain_commands() {
         .output()
         .unwrap();
     let status: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(status["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|p| p["lag"] == 0 || p["lag"].is_null()));
+    let parts = status["partitions"].as_array().unwrap();
+    let ends = |topic: &str| -> u64 {
+        parts
+            .iter()
+            .filter(|p| p["topic"] == topic)
+            .map(|p| p["end"].as_u64().unwrap())
+            .sum()
+    };
+    // One publish and one opened run: one record each, all projected.
+    assert_eq!((ends("registry"), ends("ledger")), (1, 1), "{status}");
+    for p in parts {
+        if p["topic"] == "published" {
+            assert!(p["lag"].is_null(), "not projected: {p}");
+        } else {
+            assert_eq!(p["lag"], 0, "{p}");
+            assert_eq!(p["projected"], p["end"], "{p}");
+        }
+    }
 }
 
 #[test]

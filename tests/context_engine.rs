@@ -206,7 +206,10 @@ fn context_state_survives_rebuild_identically() {
         let a = ctx("hotel", "h1", &[], Some(&uri));
         l.ok(json!({"op":"send_context","task":"t1","run":"m1","mode":"async","agent_context":a}));
         l.ok(json!({"op":"return_context","task":"t1","agent":"hotel","agent_context":done(&a)}));
-        l.refused(json!({"op":"get_context","task":"t1","agent":"nobody"}));
+        assert_eq!(
+            l.refused(json!({"op":"get_context","task":"t1","agent":"nobody"})),
+            "not_your_context"
+        );
     }
     let (_, report) = common::rebuild_report(d.path());
     assert_eq!(report["identical"], true, "{report}");

@@ -210,44 +210,39 @@ fn contract_wait_beyond_times_out(log: &dyn Log) {
     let end = log
         .wait_beyond(Topic::Registry, 0, 0, Duration::from_millis(400))
         .unwrap();
-    let took = start.elapsed();
     assert_eq!(end, 0);
+    // It waited for its timeout (less a clock's grain), not less; a hang
+    // would stop the suite.
+    let took = start.elapsed();
     assert!(
         took >= Duration::from_millis(350),
         "returned early: {took:?}"
     );
-    assert!(
-        took < Duration::from_secs(5),
-        "overran its timeout: {took:?}"
-    );
-    // Already beyond: returns at once.
+    // Already beyond: returns the end without waiting for the timeout,
+    // which is longer than the suite would sit through.
     log.append(Topic::Registry, &[rec("k", "x")]).unwrap();
-    let start = Instant::now();
     assert_eq!(
-        log.wait_beyond(Topic::Registry, 0, 0, Duration::from_secs(10))
+        log.wait_beyond(Topic::Registry, 0, 0, Duration::from_secs(3600))
             .unwrap(),
         1
     );
-    assert!(start.elapsed() < Duration::from_secs(5));
 }
 
 fn contract_wait_beyond_wakes_when_another_thread_appends(log: &dyn Log) {
     let before = log.end_offset(Topic::Registry, 0).unwrap();
+    let (waiting, go) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| {
-        s.spawn(|| {
-            std::thread::sleep(Duration::from_millis(300));
+        s.spawn(move || {
+            // Append once the other thread is about to wait.
+            go.recv().unwrap();
             log.append(Topic::Registry, &[rec("k", "wake up")]).unwrap();
         });
-        let start = Instant::now();
+        waiting.send(()).unwrap();
+        // Woken by the append: an hour-long wait that returned.
         let end = log
-            .wait_beyond(Topic::Registry, 0, before, Duration::from_secs(20))
+            .wait_beyond(Topic::Registry, 0, before, Duration::from_secs(3600))
             .unwrap();
-        let took = start.elapsed();
         assert_eq!(end, before + 1);
-        assert!(
-            took < Duration::from_secs(10),
-            "woke {took:?} after the append"
-        );
     });
 }
 

@@ -346,8 +346,9 @@ fn r16_checkpoint_not_chained_to_what_came_before_is_named() {
 /// back from the log gives, and the whole log verifies.
 #[test]
 fn r16_automatic_checkpoints_attest_exactly_what_the_log_holds() {
-    use agentledger::audit::checkpoint::{self, Span};
+    use agentledger::audit::checkpoint;
     use agentledger::log::Topic;
+    use sha2::{Digest, Sha256};
     let d = tempfile::tempdir().unwrap();
     // Four ledger partitions: ~300 records each before the restart, so the
     // first span of each is read back from the log; ~2,250 more after it,
@@ -367,17 +368,49 @@ fn r16_automatic_checkpoints_attest_exactly_what_the_log_holds() {
     for (offset, cp) in cps {
         let cp = cp.unwrap();
         let topic = cp.topic().unwrap();
-        let span = Span {
-            topic,
-            partition: cp.partition,
-            from: cp.from,
-            to: cp.to,
-            prev_head: agentledger::audit::hashchain::from_hex32(&cp.prev_head).unwrap(),
-        };
-        let from_log = checkpoint::build(log.as_ref(), span, cp.time_ms, &cp.writer).unwrap();
-        assert_eq!(cp, from_log, "checkpoint at offset {offset}");
-        assert_eq!(cp.to - cp.from, agentledger::audit::CHECKPOINT_INTERVAL);
         assert_eq!(topic, Topic::Ledger);
+        assert_eq!(cp.to - cp.from, agentledger::audit::CHECKPOINT_INTERVAL);
+        // Worked out here from the records' bytes, as the chain is defined
+        // (docs/decisions.md), not by the code that built the checkpoint:
+        // a record's digest is the sha256 of its bytes before the body, a
+        // head the sha256 of prev_head ‖ from ‖ to ‖ each digest.
+        let recs = log
+            .read(topic, cp.partition, cp.from, (cp.to - cp.from) as usize)
+            .unwrap();
+        assert_eq!(recs.len() as u64, cp.to - cp.from);
+        let mut head = Sha256::new();
+        head.update(hex::decode(&cp.prev_head).unwrap());
+        head.update(cp.from.to_be_bytes());
+        head.update(cp.to.to_be_bytes());
+        for (r, listed) in recs.iter().zip(&cp.digests) {
+            let body = agentledger::codec::decode_envelope(&r.payload)
+                .unwrap()
+                .body;
+            let digest = Sha256::digest(&r.payload[..r.payload.len() - body.len()]);
+            assert_eq!(digest.as_slice(), listed.0, "record {}", r.offset);
+            head.update(digest);
+        }
+        assert_eq!(
+            hex::encode(head.finalize()),
+            cp.head,
+            "checkpoint at offset {offset}"
+        );
+    }
+    // Each partition's two checkpoints chain: the second starts where the
+    // first ends, from its head.
+    let cps: Vec<_> = checkpoint::read_all(log.as_ref())
+        .unwrap()
+        .into_iter()
+        .map(|(_, c)| c.unwrap())
+        .collect();
+    for p in 0..4 {
+        let mine: Vec<_> = cps.iter().filter(|c| c.partition == p).collect();
+        assert_eq!(mine.len(), 2, "partition {p}");
+        assert_eq!(mine[0].prev_head, hex::encode([0u8; 32]));
+        assert_eq!(
+            (mine[0].to, &mine[0].head),
+            (mine[1].from, &mine[1].prev_head)
+        );
     }
     drop(log);
     let (code, v) = verify(d.path());

@@ -13,7 +13,10 @@ fn long_run(l: &mut common::Ledger, run: &str, reads: usize) {
     l.publish("worker", "acme/platform", &[], &[]);
     l.open_run(run, "worker");
     for _ in 0..reads {
-        l.refused(json!({"op":"read_artifact","run":run,"name":"nothing_here"}));
+        assert_eq!(
+            l.refused(json!({"op":"read_artifact","run":run,"name":"nothing_here"})),
+            "no_contract"
+        );
     }
 }
 

@@ -102,7 +102,7 @@ pub fn export(
         match report::collect_trail(engine.views(), engine.log().as_ref(), subject, whole_chain) {
             Ok(s) => s,
             Err(e) if e.is_refusal() => {
-                eprintln!("agentledger: {e}");
+                eprintln!("agentledger: {}: {e}", e.code());
                 return Ok(1);
             }
             Err(e) => return Err(e.into()),

@@ -19,7 +19,7 @@ pub fn trail(cli: &Cli, run: &str, chain: bool, as_of: Option<&str>) -> Result<i
     let mut steps = match report::collect_trail(engine.views(), engine.log().as_ref(), run, chain) {
         Ok(s) => s,
         Err(e) if e.is_refusal() => {
-            eprintln!("agentledger: {e}");
+            eprintln!("agentledger: {}: {e}", e.code());
             return Ok(1);
         }
         Err(e) => return Err(e.into()),
@@ -235,7 +235,7 @@ pub fn stats(cli: &Cli, task: &str) -> Result<i32> {
     let st = match engine.task_stats(task) {
         Ok(s) => s,
         Err(e) if e.is_refusal() => {
-            eprintln!("agentledger: {e}");
+            eprintln!("agentledger: {}: {e}", e.code());
             return Ok(1);
         }
         Err(e) => return Err(e.into()),

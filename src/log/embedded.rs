@@ -962,11 +962,22 @@ mod tests {
             .map(|i| (format!("chain-{}", i % 3).into_bytes(), vec![i as u8]))
             .collect();
         let pos = log.append(Topic::Ledger, &recs).unwrap();
+        // FNV-1a of the key, pinned: placement must not change between
+        // builds, or a chain would be split across partitions.
+        let expected = [3u32, 0, 1];
         for (i, (p, _)) in pos.iter().enumerate() {
-            assert_eq!(
-                *p,
-                partition_for_key(format!("chain-{}", i % 3).as_bytes(), 4)
-            );
+            assert_eq!(*p, expected[i % 3], "chain-{}", i % 3);
+        }
+        for (chain, &p) in expected.iter().enumerate() {
+            let got: Vec<u8> = log
+                .read(Topic::Ledger, p, 0, 100)
+                .unwrap()
+                .into_iter()
+                .filter(|r| r.key == format!("chain-{chain}").into_bytes())
+                .map(|r| r.payload[0])
+                .collect();
+            let want: Vec<u8> = (0..20u8).filter(|i| *i as usize % 3 == chain).collect();
+            assert_eq!(got, want, "chain-{chain} in append order");
         }
     }
 

@@ -87,6 +87,24 @@ pub fn check_topic_prefix(prefix: &str) -> Result<(), InvalidTopicPrefix> {
 mod tests {
     use super::*;
 
+    /// Pinned: listener runs found again on a redelivery (R3) and trail
+    /// steps recognised on replay depend on these staying what logs hold.
+    #[test]
+    fn ids_are_pinned_to_what_logs_already_hold() {
+        assert_eq!(
+            listener_run_id("ae-5f428a5fa12764aac286d467", "reviewer"),
+            LISTENER
+        );
+        assert_eq!(step_event_id("r1", 0), STEP);
+        assert_eq!(agent_event_id("r1", "code.ready"), EMIT);
+        assert_eq!(agent_version_event_id("reviewer", 2), VERSION);
+    }
+
+    const LISTENER: &str = "run-fbc3e83d36c16fe3";
+    const STEP: &str = "ev-06f5cdfc4bc39861625216ec";
+    const EMIT: &str = "ae-5f428a5fa12764aac286d467";
+    const VERSION: &str = "av-ac73b78e16f3fc008d37a8f7";
+
     #[test]
     fn ids_are_deterministic_and_distinct() {
         assert_eq!(listener_run_id("e1", "a"), listener_run_id("e1", "a"));
