@@ -68,6 +68,15 @@ pub enum LedgerError {
     Internal(&'static str),
 }
 
+impl From<crate::rules::decide::DecideError> for LedgerError {
+    fn from(e: crate::rules::decide::DecideError) -> Self {
+        match e {
+            crate::rules::decide::DecideError::Refused(r) => LedgerError::Refused(r),
+            crate::rules::decide::DecideError::Views(v) => LedgerError::Views(v),
+        }
+    }
+}
+
 impl LedgerError {
     /// An IO failure on the data dir, saying what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {

@@ -66,7 +66,7 @@ fn race(a: &mut Engine, b: &mut Engine) {
     // Both keep working on the same runs afterwards.
     a.catch_up(&|_| {}).unwrap();
     assert_eq!(
-        a.views().run("y").unwrap().map(|r| r.agent),
+        a.views().run("y").unwrap().map(|r| r.state.agent),
         Some("newbie".to_string())
     );
 }

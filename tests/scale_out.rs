@@ -124,7 +124,7 @@ fn drive(instances: &mut Vec<Ledger>, group: &str, leave_after: Option<usize>) -
                 .iter()
                 .map(|t| t.event.kind().to_string())
                 .collect();
-            out.insert(r, (s.agent, s.root, s.hop, kinds));
+            out.insert(r, (s.state.agent, s.state.root, s.state.hop, kinds));
         }
     }
     out

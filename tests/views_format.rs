@@ -30,7 +30,8 @@ fn a_trail_longer_than_a_page_keeps_every_step_in_order() {
     let numbers: Vec<u32> = trail.iter().map(|s| s.step).collect();
     assert_eq!(numbers, (0..steps as u32).collect::<Vec<_>>());
     // The first page is in the run state, the rest under page keys.
-    assert_eq!(l.run("big").trail.len(), keys::TRAIL_PAGE as usize);
+    let stored = l.engine.views().run("big").unwrap().unwrap();
+    assert_eq!(stored.trail.len(), keys::TRAIL_PAGE as usize);
     let page_keys = l
         .engine
         .views()

@@ -115,7 +115,7 @@ pub fn run(dir: &Path) -> Result<i32> {
         .engine
         .views()
         .run(&responder)?
-        .and_then(|r| r.trigger)
+        .and_then(|r| r.state.trigger)
         .map(|t| t.artifacts[0].content_ref())
         .unwrap_or_default();
     outln!("  (a read by ref is refused, even with the correct ref)");

@@ -23,7 +23,6 @@ use crate::error::Result;
 use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use crate::log::{Log, Topic};
 use crate::loops::{AgentIndex, LoopBounds};
-use crate::model::LedgerEvent;
 use crate::views::Views;
 use std::fs::File;
 use std::path::Path;
@@ -70,28 +69,7 @@ impl Default for EngineOptions {
     }
 }
 
-/// One record the engine decided to write.
-#[derive(Debug, Clone)]
-pub(crate) struct Decided {
-    pub topic: Topic,
-    pub key: String,
-    pub event_id: String,
-    pub step: u32,
-    pub event: LedgerEvent,
-}
-
-impl Decided {
-    /// The next step of an existing run's trail, keyed on its chain.
-    pub(crate) fn step(run: &crate::views::RunState, step: u32, event: LedgerEvent) -> Self {
-        Decided {
-            topic: Topic::Ledger,
-            key: crate::model::ids::chain_key(run.root.as_deref(), &run.run).to_string(),
-            event_id: crate::model::ids::step_event_id(&run.run, step),
-            step,
-            event,
-        }
-    }
-}
+pub(crate) use crate::rules::decide::Decided;
 
 pub struct Engine {
     log: Arc<dyn Log>,

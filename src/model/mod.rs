@@ -3,6 +3,8 @@
 pub mod cas;
 pub mod event;
 pub mod ids;
+pub mod run;
 pub mod scope;
 
 pub use event::*;
+pub use run::{label_union, PublishedEvent, Run};

@@ -10,8 +10,7 @@ pub use driver::{project_all, project_partition, PROJECT_BATCH};
 
 use crate::codec::Record;
 use crate::model::*;
-use crate::rules::labels;
-use crate::views::{keys, AgentState, PublishedEvent, RunState, TrailPointer, ViewError, ViewTxn};
+use crate::views::{keys, AgentState, RunState, TrailPointer, ViewError, ViewTxn};
 
 /// Where a record sits in the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,28 +82,12 @@ pub fn evolve(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Evolv
         txn.set_trail_step(run_id, rec.step, pointer)?;
     }
     let step = rec.step;
-    match rec.event {
+    match &rec.event {
         LedgerEvent::AgentPublished(_) => {}
         LedgerEvent::RunOpened(e) => {
             txn.insert_run(RunState {
-                run: e.run.clone(),
-                agent: e.agent,
-                version: e.version,
-                scope: e.scope,
-                root: e.root.clone(),
-                hop: e.hop,
-                trigger: e.trigger,
-                legacy_trigger: e.legacy_trigger,
-                labels: labels::union(&[&e.labels]),
-                status: None,
-                next_step: step + 1,
-                tool_calls: 0,
-                artifacts: Vec::new(),
-                published: Vec::new(),
-                withheld: None,
+                state: Run::opened(e, step),
                 closed_at: None,
-                dispatched: false,
-                refused_listeners: Vec::new(),
                 trail: vec![(step, pointer)],
             });
             // A root opening its own chain needs no chain write: while it is
@@ -115,23 +98,11 @@ pub fn evolve(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Evolv
             if let (Some(root), Some(hop), false) = (&e.root, e.hop, lone_root) {
                 let chain = txn.chain_mut(root)?;
                 if !chain.runs.contains(&e.run) {
-                    chain.runs.push(e.run);
+                    chain.runs.push(e.run.clone());
                 }
                 chain.max_hop = chain.max_hop.max(hop);
             }
-        }
-        LedgerEvent::ArtifactRead(e) => {
-            if let Some(run) = txn.run_mut(&e.run)? {
-                run.labels = labels::union(&[&run.labels, &e.labels_after]);
-                run.tool_calls += 1;
-                run.next_step = run.next_step.max(step + 1);
-            }
-        }
-        LedgerEvent::ReadRefused(e) => {
-            if let Some(run) = txn.run_mut(&e.run)? {
-                run.tool_calls += 1;
-                run.next_step = run.next_step.max(step + 1);
-            }
+            return Ok(Evolved::Changed);
         }
         LedgerEvent::RunClosed(e) => {
             txn.put_new(keys::finished(pos.partition, pos.offset), &e.run);
@@ -139,28 +110,10 @@ pub fn evolve(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Evolv
                 hold_content(txn, &a.sha256, crate::views::NEVER)?;
             }
             if let Some(run) = txn.run_mut(&e.run)? {
-                run.status = Some(e.status);
-                run.labels = labels::union(&[&run.labels, &e.labels]);
-                run.artifacts = e.artifacts;
-                run.published = e.published.iter().map(PublishedEvent::from_out).collect();
-                run.withheld = e.withheld;
                 run.closed_at = Some((pos.partition, pos.offset));
-                run.next_step = run.next_step.max(step + 1);
-            }
-        }
-        LedgerEvent::ListenerRefused(e) => {
-            if let Some(run) = txn.run_mut(&e.source_run)? {
-                let k = crate::model::ids::refused_listener_key(&e.event_id, &e.agent);
-                if !run.refused_listeners.contains(&k) {
-                    run.refused_listeners.push(k);
-                }
-                run.next_step = run.next_step.max(step + 1);
             }
         }
         LedgerEvent::Context(c) => {
-            if let Some(run) = txn.run_mut(&c.master_run)? {
-                run.next_step = run.next_step.max(step + 1);
-            }
             if let crate::context::ContextEvent::BlobPut {
                 uri, expires_at, ..
             } = &c.event
@@ -176,15 +129,18 @@ pub fn evolve(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Evolv
             }
         }
         LedgerEvent::RunDispatched(e) => {
-            if let Some(run) = txn.run_mut(&e.run)? {
-                run.dispatched = true;
-                run.next_step = run.next_step.max(step + 1);
-            }
             txn.del(keys::finished(e.closed_partition, e.closed_offset));
             let ckey = keys::dispatch_cursor(e.closed_partition);
             let cursor: u64 = txn.get(&ckey)?.unwrap_or(0);
             txn.put(ckey, &cursor.max(e.closed_offset + 1));
         }
+        LedgerEvent::ArtifactRead(_)
+        | LedgerEvent::ReadRefused(_)
+        | LedgerEvent::ListenerRefused(_) => {}
+    }
+    // Every later step of a trail moves its run on.
+    if let Some(run) = txn.run_mut(run_id)? {
+        run.state.evolve(step, &rec.event);
     }
     Ok(Evolved::Changed)
 }

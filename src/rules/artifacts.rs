@@ -5,8 +5,7 @@
 
 use crate::codes::Code;
 use crate::error::Refusal;
-use crate::model::ArtifactRef;
-use crate::views::RunState;
+use crate::model::{ArtifactRef, Run};
 
 /// True when the requested string looks like a content ref or digest rather
 /// than an artifact name.
@@ -18,7 +17,7 @@ fn looks_like_ref(requested: &str) -> bool {
 
 /// Decide a read: the artifact to read, or the refusal to record.
 pub fn authorize_read(
-    run: &RunState,
+    run: &Run,
     requested: &str,
     tool_budget: Option<u32>,
 ) -> Result<ArtifactRef, Refusal> {
@@ -86,7 +85,7 @@ mod tests {
     use crate::model::Trigger;
     use crate::rules::chain::tests::run_at;
 
-    fn listener() -> RunState {
+    fn listener() -> Run {
         let mut run = run_at("r2", Some("r1"), Some(1));
         run.trigger = Some(Trigger {
             event_id: "ae-1".into(),

@@ -3,7 +3,6 @@
 //! downstream recomputes it.
 
 use crate::model::*;
-use crate::views::RunState;
 
 /// The position of a run a user opens: the root of a new chain (R1).
 pub fn root_position(run: &str) -> (String, u32) {
@@ -13,7 +12,7 @@ pub fn root_position(run: &str) -> (String, u32) {
 /// The position a listener opened by an event of `source` gets, or `None`
 /// when nothing may be opened from it: its chain is unknown (R6) or it sits
 /// at the hop limit, beyond which nothing is ever opened (R2).
-pub fn listener_position(source: &RunState) -> Option<(String, u32)> {
+pub fn listener_position(source: &Run) -> Option<(String, u32)> {
     match (&source.root, source.hop) {
         (Some(root), Some(hop)) if hop < HOP_LIMIT => Some((root.clone(), hop + 1)),
         _ => None,
@@ -25,7 +24,7 @@ pub fn listener_position(source: &RunState) -> Option<(String, u32)> {
 /// hop limit (R2) or without a chain position (R6) publishes none of them,
 /// and says why; so does a run that did not succeed.
 pub fn close_outcome(
-    run: &RunState,
+    run: &Run,
     opened_on: &AgentVersion,
     status: RunStatus,
     artifacts: &[ArtifactRef],
@@ -107,8 +106,8 @@ pub(crate) mod tests {
         }
     }
 
-    pub fn run_at(run: &str, root: Option<&str>, hop: Option<u32>) -> RunState {
-        RunState {
+    pub fn run_at(run: &str, root: Option<&str>, hop: Option<u32>) -> Run {
+        Run {
             run: run.into(),
             agent: "developer".into(),
             version: 1,
@@ -124,10 +123,8 @@ pub(crate) mod tests {
             artifacts: vec![],
             published: vec![],
             withheld: None,
-            closed_at: None,
             dispatched: false,
             refused_listeners: vec![],
-            trail: vec![],
         }
     }
 

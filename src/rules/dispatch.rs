@@ -3,7 +3,6 @@
 
 use super::{chain, labels};
 use crate::model::*;
-use crate::views::RunState;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListenerDecision {
@@ -20,7 +19,7 @@ pub enum ListenerDecision {
 /// Decide for one listener of one event. `already_opened` tells whether the
 /// deterministic listener run exists already (a redelivery).
 pub fn decide_listener(
-    source: &RunState,
+    source: &Run,
     event: &AgentEventOut,
     listener: &AgentVersion,
     already_opened: bool,

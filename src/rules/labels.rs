@@ -65,12 +65,7 @@ pub fn check_label_count(labels: &[String], what: &str) -> Result<(), Refusal> {
 }
 
 /// Sorted union of label lists.
-pub fn union(lists: &[&[String]]) -> Vec<String> {
-    let mut v: Vec<String> = lists.iter().flat_map(|l| l.iter().cloned()).collect();
-    v.sort();
-    v.dedup();
-    v
-}
+pub use crate::model::label_union as union;
 
 /// Labels of a run as it opens: its own area.
 pub fn opening_labels(scope: &str) -> Vec<String> {

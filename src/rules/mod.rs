@@ -4,5 +4,6 @@
 
 pub mod artifacts;
 pub mod chain;
+pub mod decide;
 pub mod dispatch;
 pub mod labels;

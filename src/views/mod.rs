@@ -46,7 +46,8 @@ pub enum ViewError {
 /// 1: first page of a run's trail under its own key. 2: inside the run state.
 /// 3: a chain of its root run alone is not stored (read off the run state).
 /// 4: content references and their deadlines (the sweep's index).
-pub const VIEWS_FORMAT: u32 = 4;
+/// 5: a run's domain state apart from where its steps sit in the log.
+pub const VIEWS_FORMAT: u32 = 5;
 
 /// The deadline of a reference that never expires (an artifact).
 pub const NEVER: u64 = u64::MAX;
@@ -368,6 +369,31 @@ impl Views {
             h.update(&v);
         }
         Ok(hex::encode(h.finalize()))
+    }
+}
+
+impl crate::rules::decide::LedgerRead for Views {
+    fn run(&self, run: &str) -> Result<Option<crate::model::Run>, ViewError> {
+        Ok(Views::run(self, run)?.map(|r| r.state))
+    }
+    fn version(
+        &self,
+        agent: &str,
+        version: u32,
+    ) -> Result<Option<crate::model::AgentVersion>, ViewError> {
+        Views::version(self, agent, version)
+    }
+    fn current_version(
+        &self,
+        agent: &str,
+    ) -> Result<Option<crate::model::AgentVersion>, ViewError> {
+        Views::current_version(self, agent)
+    }
+    fn listeners(&self, event: &str) -> Result<Vec<String>, ViewError> {
+        Views::listeners(self, event)
+    }
+    fn task(&self, task: &str) -> Result<Option<crate::context::TaskState>, ViewError> {
+        Views::task(self, task)
     }
 }
 

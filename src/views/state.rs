@@ -10,80 +10,29 @@ pub struct AgentState {
     pub scope: String,
 }
 
+/// A run as the views keep it: the domain state the rules read, and where
+/// its closing record and its first trail steps sit in the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunState {
-    pub run: String,
-    pub agent: String,
-    pub version: u32,
-    pub scope: String,
-    pub root: Option<String>,
-    pub hop: Option<u32>,
-    pub trigger: Option<Trigger>,
-    pub legacy_trigger: Option<String>,
-    /// Sorted, without duplicates.
-    pub labels: Vec<String>,
-    /// `None` while the run is open.
-    pub status: Option<RunStatus>,
-    /// The step number the next trail step of this run gets.
-    pub next_step: u32,
-    /// Reads (granted or refused) count as tool calls (R8).
-    pub tool_calls: u32,
-    pub artifacts: Vec<ArtifactRef>,
-    /// What its close published; artifact refs are named, not copied (they
-    /// are in `artifacts`), to keep the state small.
-    pub published: Vec<PublishedEvent>,
-    pub withheld: Option<Withheld>,
+    pub state: Run,
     /// Log position of the closing record.
     pub closed_at: Option<(u32, u64)>,
-    pub dispatched: bool,
-    /// `event id/agent` pairs already refused, so a redelivery records nothing twice.
-    pub refused_listeners: Vec<String>,
     /// Where the run's first `TRAIL_PAGE` steps sit in the log. Nearly every
     /// run fits, so its trail costs no view write of its own; later pages
     /// have keys of their own.
     pub trail: TrailPage,
 }
 
-/// An agent event a run published, as the views keep it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PublishedEvent {
-    pub event_id: String,
-    pub event: String,
-    pub context: String,
-    pub artifact_names: Vec<String>,
-}
-
-impl PublishedEvent {
-    pub fn from_out(e: &AgentEventOut) -> Self {
-        Self {
-            event_id: e.event_id.clone(),
-            event: e.event.clone(),
-            context: e.context.clone(),
-            artifact_names: e.artifacts.iter().map(|a| a.name.clone()).collect(),
-        }
+impl std::ops::Deref for RunState {
+    type Target = Run;
+    fn deref(&self) -> &Run {
+        &self.state
     }
 }
 
-impl RunState {
-    /// The events its close published, with their artifacts' refs.
-    pub fn published_events(&self) -> Vec<AgentEventOut> {
-        self.published
-            .iter()
-            .map(|p| AgentEventOut {
-                event_id: p.event_id.clone(),
-                event: p.event.clone(),
-                context: p.context.clone(),
-                artifacts: p
-                    .artifact_names
-                    .iter()
-                    .filter_map(|n| self.artifacts.iter().find(|a| &a.name == n).cloned())
-                    .collect(),
-            })
-            .collect()
-    }
-
-    pub fn is_open(&self) -> bool {
-        self.status.is_none()
+impl std::ops::DerefMut for RunState {
+    fn deref_mut(&mut self) -> &mut Run {
+        &mut self.state
     }
 }
 

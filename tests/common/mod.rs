@@ -4,6 +4,8 @@
 //! partition whole; the Java client's key → partition function; the CLI.
 #![allow(dead_code)]
 
+pub mod mem;
+
 use agentledger::apply::apply_value;
 use agentledger::engine::{Engine, EngineOptions};
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
@@ -139,12 +141,13 @@ impl Ledger {
         self.ok(json!({"op":"dispatch"}))
     }
 
-    pub fn run(&self, run: &str) -> agentledger::views::RunState {
+    pub fn run(&self, run: &str) -> agentledger::model::Run {
         self.engine
             .views()
             .run(run)
             .unwrap()
             .unwrap_or_else(|| panic!("no run {run}"))
+            .state
     }
 
     /// The developer ⇄ reviewer agents: each listens to what the other emits.
