@@ -5,11 +5,39 @@
 //! past the hop limit, and warn about loops when an agent version is
 //! published.
 //!
-//! Layout: [`model`] (vocabulary and events), [`codec`] (wire format),
-//! [`log`] (the log trait and its backends), [`views`] and [`projector`]
-//! (projections), [`rules`] (the chain rules as pure functions), [`loops`]
-//! (publish-time loop search), [`engine`] (the shell that ties them), and
-//! [`apply`] (the JSON-lines interface).
+//! Functional core, imperative shell. The core decides and evolves without
+//! IO; the shell reads what a decision needs, appends what it decided, and
+//! projects the log into views.
+//!
+//! The core:
+//! - [`model`]: the vocabulary — records ([`model::LedgerEvent`]), a run's
+//!   domain state ([`model::Run`], folded by `Run::evolve`), ids, scopes,
+//!   content refs ([`model::cas`]).
+//! - [`rules`]: the decisions over [`rules::decide::LedgerRead`] — opening,
+//!   reading, closing, publishing ([`rules::decide`]), chain positions and
+//!   what a close publishes ([`rules::chain`]), which listeners an event
+//!   opens ([`rules::dispatch`]), reads by contract ([`rules::artifacts`]),
+//!   labels ([`rules::labels`]).
+//! - [`context`]: the IETF draft's TaskContext/AgentContext and their rules
+//!   (R11–R15), decide and evolve.
+//! - [`loops`]: the publish-time loop search (R10).
+//! - [`codes`]: every refusal and failure code; [`limits`]: every limit;
+//!   [`error`]: the typed errors.
+//!
+//! The shell:
+//! - [`codec`]: the wire format of records.
+//! - [`log`]: the log trait, the embedded log and Kafka.
+//! - [`views`] (sled) and [`projector`] (folding the log into views;
+//!   [`projector::driver`] reads the log to do it).
+//! - [`audit`]: hash chain, checkpoints and their attestation, `verify`,
+//!   exports.
+//! - [`content_store`]: content by digest, swept by reference expiry.
+//! - [`engine`]: one operation at a time — decide, commit
+//!   ([`engine`]'s `commit`: encode → append → project its own records),
+//!   dispatch (R7), the data dir and its trusted views.
+//! - [`apply`]: the JSON-lines interface; [`report`]: trails for people and
+//!   machines; [`rebuild`]: fresh views from the log; [`synthetic`]:
+//!   generated ledgers for benchmarks.
 
 pub mod apply;
 pub mod audit;

@@ -125,7 +125,7 @@ impl Engine {
         self.follow_ups.push(what);
     }
 
-    /// Follow-ups that failed since the last call (see [`Engine::commit`]):
+    /// Follow-ups that failed since the last call (see `Engine::commit`):
     /// the operation they belong to happened; these say what is still to
     /// be done and will be retried.
     pub fn take_follow_ups(&mut self) -> Vec<String> {
