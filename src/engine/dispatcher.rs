@@ -132,29 +132,14 @@ impl Engine {
         let mut opened_ids = Vec::new();
         let mut published_json_recs = Vec::new();
 
-        // R6: a run without a chain position publishes nothing further, even
-        // when an older worker's closing record listed events.
-        let chain_known = run.root.is_some() && run.hop.is_some();
-        let events: Vec<AgentEventOut> = if chain_known {
-            run.published_events()
-        } else {
-            Vec::new()
-        };
-        if let Some(w) = &run.withheld {
+        let (events, withheld) = crate::rules::chain::dispatchable(&run);
+        if let Some(w) = withheld {
             answer.withheld.push(WithheldRun {
                 run: run.run.clone(),
                 root: run.root.clone(),
                 hop: run.hop,
                 reason: w.reason.code().to_string(),
-                events: w.events.clone(),
-            });
-        } else if !chain_known && !run.published.is_empty() {
-            answer.withheld.push(WithheldRun {
-                run: run.run.clone(),
-                root: None,
-                hop: None,
-                reason: WithheldReason::ChainUnknown.code().into(),
-                events: run.published.iter().map(|e| e.event.clone()).collect(),
+                events: w.events,
             });
         }
 

@@ -1,12 +1,17 @@
-//! The engine: the imperative shell around the rules. Every operation reads
-//! the views, asks a pure rule what to do, appends the decided records to
-//! the log (durably), and projects them into the views. Refusals that the
-//! trail must show are recorded before the refusal is answered.
+//! The engine: the imperative shell around the rules, one operation at a
+//! time. Each reads what its decision needs from the views, asks the pure
+//! rule (`rules::decide`, `context::rules`), and commits what it decided:
+//! encode → append durably → project its own records (`commit`). Refusals
+//! the trail must show are recorded before they are answered. Beside it:
+//! the data dir and views it can trust (`open`), options (`options`), the
+//! dispatcher (R7, `dispatcher`), and one file per family of operations
+//! (`runs`, `registry`, `context`).
 
 mod commit;
 mod context;
 mod dispatcher;
 mod open;
+mod options;
 mod registry;
 mod runs;
 
@@ -14,60 +19,21 @@ pub use context::{SendAnswer, TaskStats};
 pub use dispatcher::{DispatchAnswer, OpenedListener, RefusedListener, WithheldRun};
 pub(crate) use open::guarded;
 pub use open::DataDir;
+pub use options::{system_clock, Clock, EngineOptions};
 pub use registry::{PublishAgent, PublishAnswer};
 pub use runs::{CloseAnswer, CloseRun, OpenAnswer, ReadAnswer};
 
 use crate::audit::checkpoint::CHAINED_TOPICS;
 use crate::content_store::ContentStore;
 use crate::error::Result;
-use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
+use crate::log::embedded::EmbeddedLog;
 use crate::log::{Log, Topic};
-use crate::loops::{AgentIndex, LoopBounds};
+use crate::loops::AgentIndex;
 use crate::views::Views;
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Milliseconds since the Unix epoch.
-pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
-
-pub fn system_clock() -> Clock {
-    Arc::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0)
-    })
-}
-
-/// Options of an engine instance.
-#[derive(Clone)]
-pub struct EngineOptions {
-    pub writer: String,
-    pub clock: Clock,
-    pub loop_bounds: LoopBounds,
-    pub embedded: EmbeddedConfig,
-    /// How old the views may be when an operation is decided. Zero (the
-    /// default) catches up with the log before every operation; on Kafka
-    /// that is a round trip to the broker, so a small bound saves it on
-    /// back-to-back operations. Records another writer appended meanwhile
-    /// are never lost: a commit that finds them projects them first, and an
-    /// operation that lost a race for the same step is answered `conflict`.
-    pub max_staleness: Duration,
-}
-
-impl Default for EngineOptions {
-    fn default() -> Self {
-        Self {
-            writer: format!("agentledger-{}", env!("CARGO_PKG_VERSION")),
-            clock: system_clock(),
-            loop_bounds: LoopBounds::default(),
-            embedded: EmbeddedConfig::default(),
-            max_staleness: Duration::ZERO,
-        }
-    }
-}
 
 pub(crate) use crate::rules::decide::Decided;
 

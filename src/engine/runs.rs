@@ -75,18 +75,9 @@ impl Engine {
     pub fn read_artifact(&mut self, run_id: &str, name: &str) -> Result<ReadAnswer> {
         let mut bytes = None;
         let store = &self.store;
-        let mut content = |art: &ArtifactRef| match store.get(&art.content_ref()) {
-            Ok(b) => {
-                bytes = Some(b);
-                Ok(())
-            }
-            Err(e) => Err(Refusal::new(
-                match e {
-                    crate::content_store::StoreError::DigestMismatch { .. } => Code::DigestMismatch,
-                    _ => Code::ContentUnavailable,
-                },
-                format!("artifact {name:?}: {e}"),
-            )),
+        let mut content = |art: &ArtifactRef| {
+            bytes = Some(store.get(&art.content_ref())?);
+            Ok(())
         };
         let decision = decide::decide_read(&self.views, run_id, name, &mut content)?;
         match decision {

@@ -19,6 +19,24 @@ pub fn listener_position(source: &Run) -> Option<(String, u32)> {
     }
 }
 
+/// What the dispatcher sends out for a finished run (R2, R6): the events
+/// its close published, or none and why. A run without a chain position
+/// publishes nothing further even when an older worker's closing record
+/// listed events (R6), so that reason is decided again here.
+pub fn dispatchable(run: &Run) -> (Vec<AgentEventOut>, Option<Withheld>) {
+    if run.root.is_none() || run.hop.is_none() {
+        let listed: Vec<String> = run.published.iter().map(|e| e.event.clone()).collect();
+        let withheld = run.withheld.clone().or_else(|| {
+            (!listed.is_empty()).then_some(Withheld {
+                reason: WithheldReason::ChainUnknown,
+                events: listed,
+            })
+        });
+        return (Vec::new(), withheld);
+    }
+    (run.published_events(), run.withheld.clone())
+}
+
 /// What closing a run publishes. The events come from the version the run
 /// opened on (R5), never from whatever version is current now. A run at the
 /// hop limit (R2) or without a chain position (R6) publishes none of them,
@@ -224,6 +242,27 @@ pub(crate) mod tests {
         assert!(published.is_empty());
         assert_eq!(withheld.unwrap().reason, WithheldReason::ChainUnknown);
         assert_eq!(listener_position(&legacy), None);
+    }
+
+    #[test]
+    fn r6_a_legacy_close_listing_events_is_withheld_at_dispatch() {
+        let mut legacy = run_at("x1", None, None);
+        legacy.published = vec![PublishedEvent {
+            event_id: "ae-1".into(),
+            event: "code.ready".into(),
+            context: "c".into(),
+            artifact_names: vec![],
+        }];
+        let (events, withheld) = dispatchable(&legacy);
+        assert!(events.is_empty());
+        let w = withheld.unwrap();
+        assert_eq!(
+            (w.reason, w.events),
+            (WithheldReason::ChainUnknown, vec!["code.ready".to_string()])
+        );
+        let mut known = run_at("r1", Some("r1"), Some(0));
+        known.published = legacy.published.clone();
+        assert_eq!(dispatchable(&known).0.len(), 1);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 use super::{artifacts, chain, labels};
 use crate::codes::Code;
+use crate::content_store::StoreError;
 use crate::context::TaskState;
 use crate::error::Refusal;
 use crate::limits;
@@ -156,21 +157,29 @@ pub enum ReadDecision {
 
 /// R8, R9: a read by name through the run's trigger contract. `content`
 /// says whether the content store holds the artifact's bytes intact (the
-/// engine reads them; a test says so). Granted or refused, an open run's
-/// read is a trail step and a tool call.
+/// engine reads them; a test says so); damaged bytes are refused
+/// `digest_mismatch`, missing ones `content_unavailable`. Granted or
+/// refused, an open run's read is a trail step and a tool call.
 pub fn decide_read(
     state: &impl LedgerRead,
     run_id: &str,
     name: &str,
-    content: &mut dyn FnMut(&ArtifactRef) -> Result<(), Refusal>,
+    content: &mut dyn FnMut(&ArtifactRef) -> Result<(), StoreError>,
 ) -> Decision<ReadDecision> {
     let run = existing_run(state, run_id)?;
     let budget = state
         .version(&run.agent, run.version)?
         .and_then(|v| v.tool_budget);
     let step = run.next_step;
-    let decided =
-        artifacts::authorize_read(&run, name, budget).and_then(|art| content(&art).map(|()| art));
+    let decided = artifacts::authorize_read(&run, name, budget).and_then(|art| {
+        content(&art).map(|()| art).map_err(|e| {
+            let code = match e {
+                StoreError::DigestMismatch { .. } => Code::DigestMismatch,
+                _ => Code::ContentUnavailable,
+            };
+            Refusal::new(code, format!("artifact {name:?}: {e}"))
+        })
+    });
     Ok(match decided {
         Ok(art) => ReadDecision::Granted {
             record: Decided::step(

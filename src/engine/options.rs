@@ -1,0 +1,48 @@
+//! How an engine instance is set up: who it writes as, its clock, the loop
+//! search's bounds, the embedded log's layout, and how stale its views may
+//! be when it decides.
+
+use crate::log::embedded::EmbeddedConfig;
+use crate::loops::LoopBounds;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Milliseconds since the Unix epoch.
+pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    })
+}
+
+/// Options of an engine instance.
+#[derive(Clone)]
+pub struct EngineOptions {
+    pub writer: String,
+    pub clock: Clock,
+    pub loop_bounds: LoopBounds,
+    pub embedded: EmbeddedConfig,
+    /// How old the views may be when an operation is decided. Zero (the
+    /// default) catches up with the log before every operation; on Kafka
+    /// that is a round trip to the broker, so a small bound saves it on
+    /// back-to-back operations. Records another writer appended meanwhile
+    /// are never lost: a commit that finds them projects them first, and an
+    /// operation that lost a race for the same step is answered `conflict`.
+    pub max_staleness: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            writer: format!("agentledger-{}", env!("CARGO_PKG_VERSION")),
+            clock: system_clock(),
+            loop_bounds: LoopBounds::default(),
+            embedded: EmbeddedConfig::default(),
+            max_staleness: Duration::ZERO,
+        }
+    }
+}
