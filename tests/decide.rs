@@ -9,6 +9,7 @@ use agentledger::codes::Code;
 use agentledger::log::Topic;
 use agentledger::loops::{AgentIndex, LoopBounds};
 use agentledger::model::*;
+use agentledger::rules::decide::LedgerRead as _;
 use agentledger::rules::decide::*;
 use common::mem::MemLedger;
 use std::collections::BTreeMap;
@@ -453,4 +454,89 @@ fn r10_a_version_closing_a_loop_is_published_with_a_warning() {
         )),
         Code::LimitExceeded
     );
+}
+
+/// `agent` at version 1 in `scope`, listening to `code.ready`.
+fn listener_in(agent: &str, scope: &str) -> Decided {
+    let mut d = published(agent, 1, &["code.ready"], &[]);
+    if let LedgerEvent::AgentPublished(v) = &mut d.event {
+        v.scope = scope.into();
+        v.access = strings(&[scope]);
+    }
+    d
+}
+
+#[test]
+fn r3_r4_r9_each_listener_of_an_event_is_opened_once_refused_or_left_alone() {
+    let source = [
+        published(
+            "developer",
+            1,
+            &["code.ready"],
+            &[("code.ready", &["patch"])],
+        ),
+        opened("r1", "developer", Some("r1"), Some(0)),
+    ];
+    let given = MemLedger::given(source.clone());
+    let closing = decide_close(&given, &close("r1", &[("patch", "diff")], &[])).unwrap();
+    let mut records = source.to_vec();
+    records.extend([
+        closing,
+        listener_in("reviewer", "acme/platform"),
+        listener_in("auditor", "other/team"),
+    ]);
+    let given = MemLedger::given(records.clone());
+    let r1 = given.run("r1").unwrap().unwrap();
+    let ev = &r1.published_events()[0];
+
+    // A listener in scope opens one hop further down r1's chain.
+    let ListenerOutcome::Opened(open) =
+        decide_listener_record(&given, &r1, ev, "reviewer", 2).unwrap()
+    else {
+        panic!("reviewer should open")
+    };
+    let LedgerEvent::RunOpened(o) = &open.event else {
+        panic!("{open:?}")
+    };
+    assert_eq!(o.run, ids::listener_run_id(&ev.event_id, "reviewer"));
+    assert_eq!(
+        (o.root.as_deref(), o.hop, open.key.as_str()),
+        (Some("r1"), Some(1), "r1")
+    );
+    assert_eq!(o.trigger.as_ref().unwrap().source_run, "r1");
+
+    // The agent whose event it is: refused as a step of r1 (R4).
+    let ListenerOutcome::Refused(self_step, reason) =
+        decide_listener_record(&given, &r1, ev, "developer", 2).unwrap()
+    else {
+        panic!("developer must not hear its own event")
+    };
+    assert_eq!(reason, RefusalReason::SelfListen);
+    assert_eq!((self_step.step, self_step.key.as_str()), (2, "r1"));
+
+    // A listener whose scope does not cover the artifacts' area (R9).
+    let ListenerOutcome::Refused(_, reason) =
+        decide_listener_record(&given, &r1, ev, "auditor", 2).unwrap()
+    else {
+        panic!("auditor is across the scope barrier")
+    };
+    assert_eq!(
+        reason,
+        RefusalReason::ScopeBarrier {
+            listener_scope: "other/team".into(),
+            areas: strings(&["acme/platform"]),
+        }
+    );
+
+    // Given those records, a second delivery records nothing (R3).
+    records.extend([open, self_step]);
+    let given = MemLedger::given(records);
+    let r1 = given.run("r1").unwrap().unwrap();
+    for agent in ["reviewer", "developer", "nobody"] {
+        assert_eq!(
+            decide_listener_record(&given, &r1, ev, agent, 3).unwrap(),
+            ListenerOutcome::Nothing,
+            "{agent}"
+        );
+    }
 }

@@ -108,60 +108,55 @@ fn loops_through_another_writers_publish(a: &mut Engine, b: &mut Engine) {
     );
 }
 
-#[test]
-fn embedded_loop_search_sees_another_writers_versions() {
-    let d = tempfile::tempdir().unwrap();
-    let log =
-        Arc::new(EmbeddedLog::open(d.path().join("log"), &EmbeddedConfig::default()).unwrap());
+/// Two engines, each with views of its own, over one embedded log.
+fn two_embedded(d: &std::path::Path) -> (Engine, Engine) {
+    let log = Arc::new(EmbeddedLog::open(d.join("log"), &EmbeddedConfig::default()).unwrap());
     let engine = |name: &str| {
         Engine::with_parts(
             log.clone(),
-            Views::open(d.path().join(format!("views-{name}"))).unwrap(),
-            ContentStore::open(d.path().join(format!("blobs-{name}"))).unwrap(),
+            Views::open(d.join(format!("views-{name}"))).unwrap(),
+            ContentStore::open(d.join(format!("blobs-{name}"))).unwrap(),
             stale_ok(),
         )
     };
-    let (mut a, mut b) = (engine("a"), engine("b"));
+    (engine("a"), engine("b"))
+}
+
+/// Two engines, each with views of its own, on the same Kafka topics.
+fn two_on_kafka(d: &std::path::Path, test: &str) -> (Engine, Engine) {
+    let cfg = KafkaConfig {
+        topic_prefix: common::unique_prefix(test),
+        ..KafkaConfig::new(common::required_env(common::KAFKA_ENV))
+    };
+    let a = Engine::open_kafka(d.join("a"), &cfg, stale_ok()).unwrap();
+    let b = Engine::open_kafka(d.join("b"), &cfg, stale_ok()).unwrap();
+    (a, b)
+}
+
+#[test]
+fn embedded_loop_search_sees_another_writers_versions() {
+    let d = tempfile::tempdir().unwrap();
+    let (mut a, mut b) = two_embedded(d.path());
     loops_through_another_writers_publish(&mut a, &mut b);
 }
 
 #[test]
 fn kafka_loop_search_sees_another_writers_versions() {
-    let cfg = KafkaConfig {
-        topic_prefix: common::unique_prefix("loops"),
-        ..KafkaConfig::new(common::required_env(common::KAFKA_ENV))
-    };
     let d = tempfile::tempdir().unwrap();
-    let mut a = Engine::open_kafka(d.path().join("a"), &cfg, stale_ok()).unwrap();
-    let mut b = Engine::open_kafka(d.path().join("b"), &cfg, stale_ok()).unwrap();
+    let (mut a, mut b) = two_on_kafka(d.path(), "loops");
     loops_through_another_writers_publish(&mut a, &mut b);
 }
 
 #[test]
 fn embedded_two_writers_conflict_and_catch_up() {
     let d = tempfile::tempdir().unwrap();
-    let log =
-        Arc::new(EmbeddedLog::open(d.path().join("log"), &EmbeddedConfig::default()).unwrap());
-    let engine = |name: &str| {
-        Engine::with_parts(
-            log.clone(),
-            Views::open(d.path().join(format!("views-{name}"))).unwrap(),
-            ContentStore::open(d.path().join(format!("blobs-{name}"))).unwrap(),
-            stale_ok(),
-        )
-    };
-    let (mut a, mut b) = (engine("a"), engine("b"));
+    let (mut a, mut b) = two_embedded(d.path());
     race(&mut a, &mut b);
 }
 
 #[test]
 fn kafka_two_writers_conflict_and_catch_up() {
-    let cfg = KafkaConfig {
-        topic_prefix: common::unique_prefix("multi"),
-        ..KafkaConfig::new(common::required_env(common::KAFKA_ENV))
-    };
     let d = tempfile::tempdir().unwrap();
-    let mut a = Engine::open_kafka(d.path().join("a"), &cfg, stale_ok()).unwrap();
-    let mut b = Engine::open_kafka(d.path().join("b"), &cfg, stale_ok()).unwrap();
+    let (mut a, mut b) = two_on_kafka(d.path(), "multi");
     race(&mut a, &mut b);
 }

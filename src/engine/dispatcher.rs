@@ -15,8 +15,7 @@ use super::{Decided, Engine};
 use crate::error::Result;
 use crate::log::Topic;
 use crate::model::*;
-use crate::rules::dispatch::{decide_listener, ListenerDecision};
-use crate::rules::labels;
+use crate::rules::decide::{self, ListenerOutcome};
 use crate::views::RunState;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,61 +169,32 @@ impl Engine {
                     run = self.existing_run(run_id)?;
                     next_step = run.next_step;
                 }
-                let Some(listener) = self.views.current_version(&agent)? else {
-                    continue;
-                };
-                let listener_run = ids::listener_run_id(&ev.event_id, &agent);
-                let already = self.views.run(&listener_run)?.is_some();
-                match decide_listener(&run, ev, &listener, already) {
-                    ListenerDecision::Open { run: lr, root, hop } => {
-                        let trigger = Trigger {
-                            event_id: ev.event_id.clone(),
-                            event: ev.event.clone(),
-                            context: ev.context.clone(),
-                            source_run: run.run.clone(),
-                            artifacts: ev.artifacts.clone(),
+                match decide::decide_listener_record(&self.views, &run, ev, &agent, next_step)? {
+                    ListenerOutcome::Opened(record) => {
+                        let LedgerEvent::RunOpened(o) = &record.event else {
+                            continue;
                         };
                         answer.opened.push(OpenedListener {
-                            run: lr.clone(),
+                            run: o.run.clone(),
                             agent: agent.clone(),
-                            root: root.clone(),
-                            hop,
+                            root: o.root.clone().unwrap_or_default(),
+                            hop: o.hop.unwrap_or_default(),
                             event: ev.event.clone(),
                             event_id: ev.event_id.clone(),
                             source_run: run.run.clone(),
-                            input: trigger.clone(),
-                        });
-                        pending.push(Decided {
-                            topic: Topic::Ledger,
-                            key: root.clone(),
-                            event_id: ids::step_event_id(&lr, 0),
-                            step: 0,
-                            event: LedgerEvent::RunOpened(RunOpened {
-                                run: lr.clone(),
-                                agent: agent.clone(),
-                                version: listener.version,
-                                scope: listener.scope.clone(),
-                                root: Some(root),
-                                hop: Some(hop),
-                                trigger: Some(trigger),
-                                legacy_trigger: None,
-                                labels: labels::opening_labels(&listener.scope),
-                            }),
-                        });
-                        opened_ids.push(lr);
-                    }
-                    ListenerDecision::Refuse(reason) => {
-                        pending.push(Decided::step(
-                            &run,
-                            next_step,
-                            LedgerEvent::ListenerRefused(ListenerRefused {
-                                source_run: run.run.clone(),
+                            input: o.trigger.clone().unwrap_or_else(|| Trigger {
                                 event_id: ev.event_id.clone(),
                                 event: ev.event.clone(),
-                                agent: agent.clone(),
-                                reason: reason.clone(),
+                                context: ev.context.clone(),
+                                source_run: run.run.clone(),
+                                artifacts: Vec::new(),
                             }),
-                        ));
+                        });
+                        opened_ids.push(o.run.clone());
+                        pending.push(record);
+                    }
+                    ListenerOutcome::Refused(record, reason) => {
+                        pending.push(record);
                         next_step += 1;
                         answer.refused.push(RefusedListener {
                             agent: agent.clone(),
@@ -233,7 +203,7 @@ impl Engine {
                             reason,
                         });
                     }
-                    ListenerDecision::AlreadyDone | ListenerDecision::NotAllowed => {}
+                    ListenerOutcome::Nothing => {}
                 }
             }
         }

@@ -296,6 +296,79 @@ pub fn decide_close(state: &impl LedgerRead, cmd: &CloseRun) -> Decision<Decided
     ))
 }
 
+/// What one listener of one published event comes to (R3, R4, R5, R9).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ListenerOutcome {
+    /// Opened: the listener run's opening record.
+    Opened(Decided),
+    /// Not opened, for a reason recorded as a step of the source run.
+    Refused(Decided, RefusalReason),
+    /// Nothing to record: already opened or refused by an earlier delivery,
+    /// or the source may open nothing (hop limit, unknown chain), or the
+    /// agent no longer has a version.
+    Nothing,
+}
+
+/// One listener `agent` of event `ev` of the finished run `source`: read
+/// from the version current now (R5), opened at most once (R3), never by
+/// its own event (R4), not across the scope barrier (R9). A refusal takes
+/// the source's trail step `next_step`.
+pub fn decide_listener_record(
+    state: &impl LedgerRead,
+    source: &Run,
+    ev: &AgentEventOut,
+    agent: &str,
+    next_step: u32,
+) -> Decision<ListenerOutcome> {
+    use super::dispatch::{decide_listener, ListenerDecision};
+    let Some(listener) = state.current_version(agent)? else {
+        return Ok(ListenerOutcome::Nothing);
+    };
+    let already = state
+        .run(&ids::listener_run_id(&ev.event_id, agent))?
+        .is_some();
+    Ok(match decide_listener(source, ev, &listener, already) {
+        ListenerDecision::Open { run, root, hop } => ListenerOutcome::Opened(Decided {
+            topic: Topic::Ledger,
+            key: root.clone(),
+            event_id: ids::step_event_id(&run, 0),
+            step: 0,
+            event: LedgerEvent::RunOpened(RunOpened {
+                run,
+                agent: agent.to_string(),
+                version: listener.version,
+                scope: listener.scope.clone(),
+                root: Some(root),
+                hop: Some(hop),
+                trigger: Some(Trigger {
+                    event_id: ev.event_id.clone(),
+                    event: ev.event.clone(),
+                    context: ev.context.clone(),
+                    source_run: source.run.clone(),
+                    artifacts: ev.artifacts.clone(),
+                }),
+                legacy_trigger: None,
+                labels: labels::opening_labels(&listener.scope),
+            }),
+        }),
+        ListenerDecision::Refuse(reason) => ListenerOutcome::Refused(
+            Decided::step(
+                source,
+                next_step,
+                LedgerEvent::ListenerRefused(ListenerRefused {
+                    source_run: source.run.clone(),
+                    event_id: ev.event_id.clone(),
+                    event: ev.event.clone(),
+                    agent: agent.to_string(),
+                    reason: reason.clone(),
+                }),
+            ),
+            reason,
+        ),
+        ListenerDecision::AlreadyDone | ListenerDecision::NotAllowed => ListenerOutcome::Nothing,
+    })
+}
+
 /// A `publish_agent` command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublishAgent {
