@@ -37,6 +37,16 @@ macro_rules! codes {
     };
 }
 
+impl schemars::JsonSchema for Code {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Code".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let all: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
+        schemars::json_schema!({"type": "string", "enum": all})
+    }
+}
+
 codes! {
     // The request itself.
     /// Not UTF-8, or not JSON.

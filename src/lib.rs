@@ -52,6 +52,7 @@ pub mod log;
 pub mod loops;
 pub mod model;
 pub mod projector;
+pub mod protocol;
 pub mod rebuild;
 pub mod report;
 pub mod rules;

@@ -1,25 +1,19 @@
-//! The JSON-lines interface: one operation per line in, one answer per line
-//! out. A bad line is answered and skipped; every other line still applies.
+//! The JSON-lines interface (STDIO): one operation per line in, one answer
+//! per line out, in the protocol every transport shares
+//! ([`crate::protocol`]). A bad line is answered and skipped; every other
+//! line still applies.
 
-pub mod ops;
 mod strict;
-pub use ops as ops_json;
-
-pub use ops::apply_value;
 
 use crate::engine::Engine;
 use crate::error::Code;
-use serde_json::{json, Value};
+use crate::protocol::{self, Failure, OpError, Reply};
+use serde_json::Value;
 use std::io::{BufRead, Write};
 
 /// Longest line `apply` accepts, without its line end; longer lines are
 /// answered `line_too_long` without being held in memory whole.
 pub use crate::limits::MAX_LINE_BYTES;
-
-/// The error answer of a line.
-pub fn error_answer(code: Code, message: impl Into<String>) -> Value {
-    json!({"ok": false, "error": {"code": code, "message": message.into()}})
-}
 
 /// Totals of an `apply` session.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -34,9 +28,9 @@ pub struct ApplySummary {
 /// Parse one line strictly: UTF-8 throughout (`malformed_json`, never a
 /// lossy replacement), JSON, and no object with a key twice
 /// (`invalid_request`: which of two values was meant cannot be known).
-pub fn parse_line(line: &[u8]) -> Result<Value, Value> {
+pub fn parse_line(line: &[u8]) -> Result<Value, Failure> {
     let text = std::str::from_utf8(line).map_err(|e| {
-        error_answer(
+        Failure::new(
             Code::MalformedJson,
             format!(
                 "line is not valid UTF-8 (byte {} starts an invalid sequence)",
@@ -45,26 +39,27 @@ pub fn parse_line(line: &[u8]) -> Result<Value, Value> {
         )
     })?;
     let value: Value = serde_json::from_str(text)
-        .map_err(|e| error_answer(Code::MalformedJson, format!("line is not JSON: {e}")))?;
+        .map_err(|e| Failure::new(Code::MalformedJson, format!("line is not JSON: {e}")))?;
     serde_json::from_str::<strict::NoDuplicateKeys>(text)
-        .map_err(|e| error_answer(Code::InvalidRequest, format!("{e}")))?;
+        .map_err(|e| Failure::new(Code::InvalidRequest, format!("{e}")))?;
     Ok(value)
 }
 
-/// Answer one line. Returns the answer and whether the failure (if any) was
+/// Answer one line. Returns the reply and whether the failure (if any) was
 /// the machine's rather than the caller's.
-pub fn apply_line(engine: &mut Engine, line: &[u8]) -> (Value, bool) {
-    let value = match parse_line(line) {
-        Ok(v) => v,
-        Err(answer) => return (answer, false),
-    };
-    match apply_value(engine, &value) {
-        Ok(answer) => (answer, false),
-        Err(e) => {
-            let machine = matches!(&e, ops::OpError::Ledger(le) if !le.is_refusal());
-            (error_answer(e.code(), e.to_string()), machine)
-        }
+pub fn apply_line(engine: &mut Engine, line: &[u8]) -> (Reply, bool) {
+    match parse_line(line) {
+        Ok(v) => protocol::reply(engine, &v),
+        Err(failure) => (Reply::Failed(failure), false),
     }
+}
+
+/// Apply one request's JSON and answer it as JSON (a refusal is the
+/// error): the whole protocol for callers that hold a [`Value`].
+pub fn apply_value(engine: &mut Engine, v: &Value) -> Result<Value, OpError> {
+    let request = protocol::parse_request(v)?;
+    let done = protocol::answer(engine, &request)?;
+    Ok(serde_json::to_value(&done).expect("answers serialise"))
 }
 
 /// Read one line whose content (without `\n` or `\r\n`) is at most `max`
@@ -123,17 +118,17 @@ pub fn apply_stream(
     while let Some(line) = read_bounded_line(input, max_line)? {
         let (answer, machine) = match line {
             Err(len) => (
-                error_answer(
+                Reply::Failed(Failure::new(
                     Code::LineTooLong,
                     format!("line of {len} bytes exceeds the limit of {max_line} bytes"),
-                ),
+                )),
                 false,
             ),
             Ok(l) if l.iter().all(u8::is_ascii_whitespace) => continue,
             Ok(l) => apply_line(engine, &l),
         };
         summary.lines += 1;
-        if answer["ok"] == json!(true) {
+        if answer.is_ok() {
             summary.ok += 1;
         } else {
             summary.refused += 1;
@@ -182,7 +177,7 @@ mod tests {
 
     #[test]
     fn lines_that_are_not_utf8_or_repeat_a_key_are_refused() {
-        let code = |line: &[u8]| parse_line(line).unwrap_err()["error"]["code"].clone();
+        let code = |line: &[u8]| parse_line(line).unwrap_err().error.code.as_str();
         assert_eq!(code(b"{\"op\":\"x\xc3\x28y\"}"), "malformed_json");
         assert_eq!(code(b"{\"run\":\"r3\",\"run\":\"r4\"}"), "invalid_request");
         assert_eq!(code(b"{\"a\":{\"b\":1,\"b\":2}}"), "invalid_request");

@@ -1,8 +1,8 @@
 //! Read-only commands: trail, chain, agent, status.
 
 use super::{open_engine_read_only, Cli};
-use agentledger::apply::ops_json;
 use agentledger::log::Topic;
+use agentledger::protocol::{LoopCheckOut, WithheldOut};
 use agentledger::report;
 use anyhow::Result;
 use serde_json::json;
@@ -70,7 +70,7 @@ pub fn chain(cli: &Cli, run: &str) -> Result<i32> {
                 "run": s.run, "agent": s.agent, "version": s.version, "hop": s.hop,
                 "status": s.status.map(|x| x.as_str()),
                 "source_run": s.trigger.as_ref().map(|t| t.source_run.clone()),
-                "withheld": ops_json::withheld_json(&s.withheld)})).collect::<Vec<_>>()})
+                "withheld": s.withheld.as_ref().map(WithheldOut::from)})).collect::<Vec<_>>()})
         );
     } else {
         outln!("chain of {root}:");
@@ -109,8 +109,7 @@ pub fn agent(cli: &Cli, name: &str) -> Result<i32> {
             let mut o = json!({"agent": v.agent, "version": v.version, "scope": v.scope, "listens": v.listens,
                 "emits": v.emits.iter().map(|e| json!({"event": e.event, "context": e.context, "artifacts": e.artifacts})).collect::<Vec<_>>(),
                 "access": v.access, "tool_budget": v.tool_budget});
-            let lc = ops_json::loop_check_json(&v.loop_check);
-            o["loop_check"] = lc;
+            o["loop_check"] = json!(LoopCheckOut::from(&v.loop_check));
             outln!("{o}");
         } else {
             outln!(

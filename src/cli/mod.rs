@@ -157,6 +157,9 @@ pub enum Command {
         #[arg(long)]
         idle_exit: Option<u64>,
     },
+    /// Print the JSON Schema (2020-12) of every operation and its reply
+    /// (what `schemas/ops.json` holds).
+    Schema,
     /// Play the seed scenarios end to end on a fresh data dir.
     Demo {
         /// Where the demo keeps its data (wiped at start if a previous demo made it).
@@ -366,6 +369,13 @@ fn run_command(cli: Cli) -> Result<i32> {
         Command::Status => inspect::status(&cli),
         Command::Rebuild => rebuild(&cli),
         Command::Demo { dir } => demo::run(dir),
+        Command::Schema => {
+            outln!(
+                "{}",
+                agentledger::protocol::schema::document_text().trim_end()
+            );
+            Ok(0)
+        }
         Command::Gc { grace_secs } => gc(&cli, *grace_secs),
         Command::Serve {
             group,

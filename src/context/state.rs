@@ -21,7 +21,7 @@ use super::uri::{BlobMeta, Grants};
 use super::UnixMillis;
 
 /// The draft's two interaction modes (R12).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// SynchronousContextInteraction: strictly one subtask at a time.
@@ -31,7 +31,7 @@ pub enum Mode {
 }
 
 /// The master's verdict on a returned subtask (layer two of R13).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     Accepted,

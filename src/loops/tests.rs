@@ -712,7 +712,7 @@ fn r10_json_shape_matches_cli_contract() {
         &access(&["acme"]),
         &LoopBounds::default(),
     );
-    let json = crate::apply::ops::loop_check_json(&report);
+    let json = serde_json::to_value(crate::protocol::LoopCheckOut::from(&report)).unwrap();
     assert_eq!(
         json,
         serde_json::json!({

@@ -4,6 +4,7 @@
 //! partition whole; the Java client's key → partition function; the CLI.
 #![allow(dead_code)]
 
+pub mod contract;
 pub mod mem;
 
 use agentledger::apply::apply_value;
@@ -11,6 +12,7 @@ use agentledger::engine::{Engine, EngineOptions};
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use agentledger::log::kafka::{KafkaConfig, KafkaLog};
 use agentledger::log::{Log, LogRecord, Topic};
+use agentledger::protocol;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -107,6 +109,7 @@ impl Ledger {
     pub fn ok(&mut self, v: Value) -> Value {
         let a = apply_value(&mut self.engine, &v).unwrap_or_else(|e| panic!("{v} refused: {e}"));
         assert_eq!(a["ok"], json!(true), "{v} -> {a}");
+        contract::check(&v, &a);
         a
     }
 
@@ -114,7 +117,12 @@ impl Ledger {
     pub fn refused(&mut self, v: Value) -> String {
         match apply_value(&mut self.engine, &v) {
             Ok(a) => panic!("{v} was accepted: {a}"),
-            Err(e) => e.code().to_string(),
+            Err(e) => {
+                if let Some(op) = v["op"].as_str().filter(|op| protocol::OPS.contains(op)) {
+                    contract::check_reply(op, &serde_json::to_value(e.failure()).unwrap());
+                }
+                e.code().to_string()
+            }
         }
     }
 

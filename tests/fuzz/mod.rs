@@ -6,11 +6,12 @@
 //! runs a million each.
 #![allow(dead_code)]
 
-use agentledger::apply::{ops::parse_request, parse_line};
+use agentledger::apply::parse_line;
 use agentledger::audit::checkpoint::Checkpoint;
 use agentledger::codec;
 use agentledger::log::embedded::{scan_segment, EmbeddedConfig, EmbeddedLog};
 use agentledger::log::{Log, Topic};
+use agentledger::protocol::{parse_request, validate};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use serde_json::{json, Value};
@@ -25,14 +26,15 @@ fn clear(what: &str, message: String) -> Result<(), TestCaseError> {
 /// An `apply` line: parsed strictly, then into its operation.
 pub fn apply_line(bytes: &[u8]) -> Result<(), TestCaseError> {
     match parse_line(bytes) {
-        Err(answer) => {
+        Err(failure) => {
+            let answer = serde_json::to_value(&failure).unwrap();
             prop_assert_eq!(&answer["ok"], &json!(false));
             prop_assert!(answer["error"]["code"]
                 .as_str()
                 .is_some_and(|c| !c.is_empty()));
-            clear("apply line", answer["error"]["message"].to_string())
+            clear("apply line", failure.error.message)
         }
-        Ok(v) => match parse_request(&v) {
+        Ok(v) => match parse_request(&v).and_then(|r| validate(&r)) {
             Ok(_) => Ok(()),
             Err(e) => {
                 prop_assert!(e.code().is_refusal(), "{e}: {}", e.code());

@@ -1,0 +1,262 @@
+//! From a request's JSON to its reply: parse into [`Request`], turn it into
+//! the engine's command, carry it out, and type the answer. Every
+//! transport (`apply`, HTTP, WebSocket) goes through [`reply`].
+
+use super::answer::*;
+use super::request::*;
+use crate::engine::{CloseRun, Engine, PublishAgent};
+use crate::error::{Code, LedgerError};
+use crate::model::RunStatus;
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("unknown op {0:?}; expected one of publish_agent, open_run, read_artifact, close_run, dispatch, open_task, update_task, put_blob, send_context, get_context, get_blob, return_context, evaluate")]
+    UnknownOp(String),
+    #[error("{0}")]
+    Ledger(#[from] LedgerError),
+}
+
+impl OpError {
+    pub fn code(&self) -> Code {
+        match self {
+            OpError::BadRequest(_) => Code::InvalidRequest,
+            OpError::UnknownOp(_) => Code::UnknownOp,
+            OpError::Ledger(e) => e.code(),
+        }
+    }
+
+    /// A failure of the machine (IO, a corrupt log) rather than of the
+    /// request: `apply` stops there, HTTP answers 503.
+    pub fn is_machine(&self) -> bool {
+        matches!(self, OpError::Ledger(le) if !le.is_refusal())
+    }
+
+    pub fn failure(&self) -> Failure {
+        Failure::new(self.code(), self.to_string())
+    }
+}
+
+/// Parse a request's JSON into its operation: `invalid_request` or
+/// `unknown_op` for anything of the wrong shape, naming what is wrong.
+pub fn parse_request(v: &Value) -> Result<Request, OpError> {
+    let Some(obj) = v.as_object() else {
+        return Err(OpError::BadRequest(
+            "a request must be a JSON object with an \"op\" field".into(),
+        ));
+    };
+    let op = match obj.get("op") {
+        Some(Value::String(s)) => s.as_str(),
+        Some(other) => {
+            return Err(OpError::BadRequest(format!(
+                "\"op\" must be a string, not {}",
+                json_kind(other)
+            )))
+        }
+        None => return Err(OpError::BadRequest("missing field `op`".into())),
+    };
+    if !OPS.contains(&op) {
+        return Err(OpError::UnknownOp(op.chars().take(100).collect()));
+    }
+    serde_json::from_value(v.clone()).map_err(|e| OpError::BadRequest(format!("{op}: {e}")))
+}
+
+/// The engine's `publish_agent` command.
+fn publish_command(r: &PublishAgentOp) -> PublishAgent {
+    PublishAgent {
+        agent: r.agent.clone(),
+        scope: r.scope.clone(),
+        listens: r.listens.clone(),
+        emits: r.emits.iter().cloned().map(Into::into).collect(),
+        access: r.access.clone(),
+        tool_budget: r.tool_budget,
+    }
+}
+
+/// The engine's `close_run` command: the status spelled right and every
+/// artifact's bytes well formed.
+fn close_command(r: &CloseRunOp) -> Result<CloseRun, OpError> {
+    let status = RunStatus::parse(&r.status).ok_or_else(|| {
+        OpError::BadRequest(format!(
+            "close_run: status {:?} is not one of succeeded, failed, cancelled",
+            r.status.chars().take(100).collect::<String>()
+        ))
+    })?;
+    let artifacts = r
+        .artifacts
+        .iter()
+        .map(|(name, c)| {
+            let bytes = c
+                .bytes(&format!("close_run: artifact {name:?}"))
+                .map_err(OpError::BadRequest)?;
+            Ok((name.clone(), bytes))
+        })
+        .collect::<Result<_, OpError>>()?;
+    Ok(CloseRun {
+        run: r.run.clone(),
+        status,
+        summary: r.summary.clone(),
+        artifacts,
+        labels: r.labels.clone(),
+    })
+}
+
+/// Check what serde cannot, before the ledger is asked anything.
+pub fn validate(request: &Request) -> Result<(), OpError> {
+    match request {
+        Request::CloseRun(r) => close_command(r).map(|_| ()),
+        Request::PutBlob(r) => {
+            content_bytes("put_blob", r.content.as_deref(), r.content_b64.as_deref())
+                .map(|_| ())
+                .map_err(OpError::BadRequest)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Carry out a parsed operation and type its answer.
+pub fn execute(engine: &mut Engine, request: &Request) -> Result<Answer, OpError> {
+    Ok(match request {
+        Request::PublishAgent(r) => {
+            let a = engine.publish_agent(publish_command(r))?;
+            let lc = LoopCheckOut::from(&a.loop_check);
+            Answer::PublishAgent(Published {
+                agent: a.agent,
+                version: a.version,
+                warnings: lc.warnings,
+                may_be_more: lc.may_be_more,
+                checked_in_full: lc.checked_in_full,
+                text: a.loop_check.text,
+            })
+        }
+        Request::OpenRun(r) => {
+            let a = engine.open_run(&r.run, &r.agent, r.legacy_trigger.as_deref())?;
+            Answer::OpenRun(Opened {
+                run: a.run,
+                root: a.root,
+                hop: a.hop,
+                version: a.version,
+            })
+        }
+        Request::ReadArtifact(r) => {
+            let a = engine.read_artifact(&r.run, &r.name)?;
+            Answer::ReadArtifact(ArtifactRead {
+                digest: a.artifact.digest(),
+                labels: a.artifact.labels,
+                source_run: a.artifact.source_run,
+                content: ContentOut::new(a.content, r.base64),
+            })
+        }
+        Request::CloseRun(r) => {
+            let a = engine.close_run(close_command(r)?)?;
+            Answer::CloseRun(Closed {
+                run: a.run,
+                withheld: a.withheld.as_ref().map(Into::into),
+                labels: a.labels,
+                artifacts: a.artifacts.iter().map(Into::into).collect(),
+            })
+        }
+        Request::Dispatch(_) => Answer::Dispatch((&engine.dispatch()?).into()),
+        Request::OpenTask(r) => {
+            engine.open_task(&r.task, &r.run, &r.task_context)?;
+            Answer::OpenTask(TaskOpened {
+                task: r.task.clone(),
+                master_run: r.run.clone(),
+            })
+        }
+        Request::UpdateTask(r) => {
+            engine.update_task(&r.task, &r.run, &r.task_context)?;
+            Answer::UpdateTask(TaskUpdated {
+                task: r.task.clone(),
+            })
+        }
+        Request::PutBlob(r) => {
+            let content = content_bytes("put_blob", r.content.as_deref(), r.content_b64.as_deref())
+                .map_err(OpError::BadRequest)?;
+            let (uri, digest, size) = engine.put_blob(&r.task, &content, &r.media_type, r.ttl_s)?;
+            Answer::PutBlob(BlobPut { uri, digest, size })
+        }
+        Request::SendContext(r) => {
+            let a = engine.send_context(&r.task, &r.run, r.mode, &r.agent_context)?;
+            Answer::SendContext(ContextSent {
+                subtask: a.subtask,
+                agent: a.agent,
+                inline_bytes: a.accounting.inline_bytes,
+                referenced_bytes: a.accounting.referenced_bytes,
+                est_tokens_saved: a.accounting.est_tokens_saved,
+            })
+        }
+        Request::GetContext(r) => {
+            let (subtask, agent_context) = engine.get_context(&r.task, &r.agent)?;
+            Answer::GetContext(ContextGot {
+                subtask,
+                agent_context,
+            })
+        }
+        Request::GetBlob(r) => {
+            let (bytes, digest) = engine.get_blob(&r.task, &r.agent, &r.uri)?;
+            Answer::GetBlob(BlobGot {
+                digest,
+                content: ContentOut::new(bytes, r.base64),
+            })
+        }
+        Request::ReturnContext(r) => {
+            let (subtask, layer1) = engine.return_context(&r.task, &r.agent, &r.agent_context)?;
+            Answer::ReturnContext(ContextReturned {
+                subtask,
+                layer1: (&layer1).into(),
+            })
+        }
+        Request::Evaluate(r) => {
+            engine.evaluate(&r.task, &r.run, &r.subtask, r.decision, &r.reason)?;
+            Answer::Evaluate(Evaluated {
+                task: r.task.clone(),
+                subtask: r.subtask.clone(),
+                decision: r.decision,
+            })
+        }
+    })
+}
+
+/// Carry out a request on views fresh enough for it, and say what failed
+/// after its records were durable.
+pub fn answer(engine: &mut Engine, request: &Request) -> Result<Done<Answer>, OpError> {
+    let answer = decide_fresh(engine, request);
+    let follow_up_failed = engine.take_follow_ups();
+    answer.map(|answer| Done {
+        ok: True,
+        answer,
+        follow_up_failed,
+    })
+}
+
+fn decide_fresh(engine: &mut Engine, request: &Request) -> Result<Answer, OpError> {
+    validate(request)?;
+    // Another instance may have written since: decide on views at most
+    // `max_staleness` old. An entity we do not know of may be what we have
+    // not seen yet, so such a refusal is decided again on caught-up views
+    // (these refusals record nothing, so deciding twice is harmless).
+    let fresh = engine.refresh()?;
+    match execute(engine, request) {
+        Err(e)
+            if !fresh
+                && !matches!(request, Request::Dispatch(_))
+                && matches!(e.code(), Code::UnknownAgent | Code::UnknownRun) =>
+        {
+            engine.catch_up(&|_| {})?;
+            execute(engine, request)
+        }
+        answer => answer,
+    }
+}
+
+/// The reply to one request's JSON, and whether a failure (if any) was the
+/// machine's rather than the caller's.
+pub fn reply(engine: &mut Engine, v: &Value) -> (Reply, bool) {
+    match parse_request(v).and_then(|r| answer(engine, &r)) {
+        Ok(done) => (Reply::Done(done), false),
+        Err(e) => (Reply::Failed(e.failure()), e.is_machine()),
+    }
+}
