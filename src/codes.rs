@@ -108,6 +108,14 @@ codes! {
     ViewError = "view_error",
     ContentStoreError = "content_store_error",
     InternalError = "internal_error",
+    // The network face.
+    /// More requests at once than the server answers; retry after a
+    /// moment (HTTP 503 with `Retry-After`).
+    Overloaded = "overloaded",
+    /// No answer in time; the operation may still be carried out.
+    Timeout = "timeout",
+    /// The server is stopping.
+    ShuttingDown = "shutting_down",
 }
 
 impl Code {
@@ -123,6 +131,9 @@ impl Code {
                 | Code::ContentStoreError
                 | Code::InternalError
                 | Code::SchemaUnavailable
+                | Code::Overloaded
+                | Code::Timeout
+                | Code::ShuttingDown
         )
     }
 }

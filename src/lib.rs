@@ -53,9 +53,11 @@ pub mod loops;
 pub mod model;
 pub mod projector;
 pub mod protocol;
+pub mod queries;
 pub mod rebuild;
 pub mod report;
 pub mod rules;
+pub mod server;
 pub mod synthetic;
 pub mod views;
 

@@ -114,32 +114,68 @@ pub fn apply_stream(
     output: &mut impl Write,
     max_line: usize,
 ) -> std::io::Result<ApplySummary> {
+    apply_stream_with(input, output, max_line, 1, |lines| {
+        Ok(lines
+            .into_iter()
+            .map(|l| match l {
+                Ok(v) => protocol::reply(engine, &v),
+                Err(f) => (Reply::Failed(f), false),
+            })
+            .collect())
+    })
+}
+
+/// A request line as read: its JSON, or the failure its bytes already are.
+pub type Line = Result<Value, Failure>;
+
+/// Read `input` a line at a time (up to `batch` lines handed over at
+/// once), have `answer` reply to them (each reply with whether it was the
+/// machine's failure), and write the replies in order. Stops after a
+/// machine failure.
+pub fn apply_stream_with(
+    input: &mut impl BufRead,
+    output: &mut impl Write,
+    max_line: usize,
+    batch: usize,
+    mut answer: impl FnMut(Vec<Line>) -> std::io::Result<Vec<(Reply, bool)>>,
+) -> std::io::Result<ApplySummary> {
     let mut summary = ApplySummary::default();
-    while let Some(line) = read_bounded_line(input, max_line)? {
-        let (answer, machine) = match line {
-            Err(len) => (
-                Reply::Failed(Failure::new(
+    let mut ended = false;
+    while !ended {
+        let mut lines = Vec::new();
+        while lines.len() < batch.max(1) {
+            let Some(line) = read_bounded_line(input, max_line)? else {
+                ended = true;
+                break;
+            };
+            lines.push(match line {
+                Err(len) => Err(Failure::new(
                     Code::LineTooLong,
                     format!("line of {len} bytes exceeds the limit of {max_line} bytes"),
                 )),
-                false,
-            ),
-            Ok(l) if l.iter().all(u8::is_ascii_whitespace) => continue,
-            Ok(l) => apply_line(engine, &l),
-        };
-        summary.lines += 1;
-        if answer.is_ok() {
-            summary.ok += 1;
-        } else {
-            summary.refused += 1;
+                Ok(l) if l.iter().all(u8::is_ascii_whitespace) => continue,
+                Ok(l) => parse_line(&l),
+            });
         }
-        serde_json::to_writer(&mut *output, &answer)?;
-        output.write_all(b"\n")?;
+        if lines.is_empty() {
+            continue;
+        }
+        for (reply, machine) in answer(lines)? {
+            summary.lines += 1;
+            if reply.is_ok() {
+                summary.ok += 1;
+            } else {
+                summary.refused += 1;
+            }
+            serde_json::to_writer(&mut *output, &reply)?;
+            output.write_all(b"\n")?;
+            if machine {
+                summary.failed = true;
+                output.flush()?;
+                return Ok(summary);
+            }
+        }
         output.flush()?;
-        if machine {
-            summary.failed = true;
-            break;
-        }
     }
     Ok(summary)
 }

@@ -12,13 +12,15 @@ macro_rules! outln {
 mod audit;
 mod demo;
 mod inspect;
+mod remote;
 mod serve;
 
-use agentledger::apply::{apply_stream, MAX_LINE_BYTES};
+use agentledger::apply::{apply_stream, apply_stream_with, MAX_LINE_BYTES};
 use agentledger::engine::{DataDir, Engine, EngineOptions};
 use agentledger::log::embedded::EmbeddedLog;
 use agentledger::log::kafka::{KafkaConfig, KafkaLog};
 use agentledger::log::Log;
+use agentledger::queries::Query;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::io::{BufRead, BufReader, Write};
@@ -63,6 +65,11 @@ pub struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Go through the agentledger server at this URL (e.g.
+    /// http://127.0.0.1:8700). Without it, a server that owns the data dir
+    /// is found through <data>/serve.addr.
+    #[arg(long, global = true, env = "AGENTLEDGER_SERVER")]
+    pub server: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -145,6 +152,21 @@ pub enum Command {
         /// Grace period of the sweep in seconds (see `gc --grace-secs`).
         #[arg(long, default_value_t = DEFAULT_GC_GRACE_SECS)]
         gc_grace_secs: u64,
+        /// Answer the network at this address (e.g. 127.0.0.1:8700; port 0
+        /// picks one): POST /v1/ops, GET /v1/ws, GET /v1/events, the reads,
+        /// /metrics, /healthz, /readyz. The bound address is printed and
+        /// written to <data>/serve.addr.
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+        /// Milliseconds a request may wait for its answer (then 504).
+        #[arg(long, default_value_t = 30_000)]
+        request_timeout_ms: u64,
+        /// Requests answered at once; more get 503 with Retry-After.
+        #[arg(long, default_value_t = 256)]
+        max_in_flight: usize,
+        /// Largest request body and WebSocket message, in bytes.
+        #[arg(long, default_value_t = MAX_LINE_BYTES)]
+        max_body_bytes: usize,
     },
     /// Follow the agent events actually published, as JSON lines.
     Subscribe {
@@ -326,7 +348,6 @@ fn run_command(cli: Cli) -> Result<i32> {
             file,
             max_line_bytes,
         } => {
-            let mut engine = open_engine(&cli)?;
             let mut input: Box<dyn BufRead> = if file == "-" {
                 Box::new(BufReader::new(std::io::stdin()))
             } else {
@@ -336,10 +357,23 @@ fn run_command(cli: Cli) -> Result<i32> {
             };
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
-            let summary = apply_stream(&mut engine, &mut input, &mut out, *max_line_bytes)
-                .context("reading input or writing answers")?;
+            let summary = if let Some(server) = remote::server_for(&cli)? {
+                // Through a server: a file is sent in batches, standard
+                // input a line at a time (a caller may be waiting on each
+                // answer).
+                let batch = if file == "-" { 1 } else { 256 };
+                apply_stream_with(&mut input, &mut out, *max_line_bytes, batch, |lines| {
+                    server.ops(lines)
+                })
+                .context("reading input, asking the server or writing answers")?
+            } else {
+                let mut engine = open_engine(&cli)?;
+                let summary = apply_stream(&mut engine, &mut input, &mut out, *max_line_bytes)
+                    .context("reading input or writing answers")?;
+                engine.flush()?;
+                summary
+            };
             out.flush()?;
-            engine.flush()?;
             Ok(if summary.failed {
                 2
             } else if summary.refused > 0 {
@@ -348,8 +382,15 @@ fn run_command(cli: Cli) -> Result<i32> {
                 0
             })
         }
-        Command::Trail { run, chain, as_of } => inspect::trail(&cli, run, *chain, as_of.as_deref()),
-        Command::Stats { task } => inspect::stats(&cli, task),
+        Command::Trail { run, chain, as_of } => inspect::ask(
+            &cli,
+            Query::Trail {
+                run: run.clone(),
+                chain: *chain,
+                as_of: as_of.clone(),
+            },
+        ),
+        Command::Stats { task } => inspect::ask(&cli, Query::Stats { task: task.clone() }),
         Command::Verify { export } => audit::verify(&cli, export.as_deref()),
         Command::Checkpoint => audit::checkpoint(&cli),
         Command::Export {
@@ -364,9 +405,9 @@ fn run_command(cli: Cli) -> Result<i32> {
             *as_of,
             out.as_deref(),
         ),
-        Command::Chain { run } => inspect::chain(&cli, run),
-        Command::Agent { name } => inspect::agent(&cli, name),
-        Command::Status => inspect::status(&cli),
+        Command::Chain { run } => inspect::ask(&cli, Query::Chain { run: run.clone() }),
+        Command::Agent { name } => inspect::ask(&cli, Query::Agent { name: name.clone() }),
+        Command::Status => inspect::ask(&cli, Query::Status),
         Command::Rebuild => rebuild(&cli),
         Command::Demo { dir } => demo::run(dir),
         Command::Schema => {
@@ -382,6 +423,10 @@ fn run_command(cli: Cli) -> Result<i32> {
             poll_ms,
             gc_interval_secs,
             gc_grace_secs,
+            listen,
+            request_timeout_ms,
+            max_in_flight,
+            max_body_bytes,
         } => serve::serve(
             &cli,
             &serve::ServeOptions {
@@ -389,6 +434,12 @@ fn run_command(cli: Cli) -> Result<i32> {
                 poll: std::time::Duration::from_millis(*poll_ms),
                 gc_interval: std::time::Duration::from_secs(*gc_interval_secs),
                 gc_grace: std::time::Duration::from_secs(*gc_grace_secs),
+                listen: *listen,
+                http: agentledger::server::HttpOptions {
+                    max_body: *max_body_bytes,
+                    timeout: std::time::Duration::from_millis(*request_timeout_ms),
+                    max_in_flight: *max_in_flight,
+                },
             },
             serve::shutdown_flag(),
         ),

@@ -1,10 +1,10 @@
 //! Long-running commands: `serve` (projector, dispatcher and checkpoints in
 //! a loop) and `subscribe` (follow the `published` topic as JSON lines).
 
-use super::{open_engine, Cli};
+use super::Cli;
 use agentledger::error::LedgerError;
 use agentledger::log::Topic;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -27,68 +27,46 @@ pub struct ServeOptions {
     pub poll: Duration,
     pub gc_interval: Duration,
     pub gc_grace: Duration,
+    pub listen: Option<std::net::SocketAddr>,
+    pub http: agentledger::server::HttpOptions,
+}
+
+/// The engine `serve` opens, on its own thread.
+fn opener(cli: &Cli) -> impl FnOnce() -> Result<agentledger::Engine, LedgerError> + Send + 'static {
+    let data = cli.data.clone();
+    let kafka = super::kafka_config(cli);
+    let opts = super::options(cli);
+    move || match kafka {
+        Some(k) => agentledger::Engine::open_kafka(&data, &k, opts),
+        None => agentledger::Engine::open_embedded(&data, opts),
+    }
 }
 
 pub fn serve(cli: &Cli, opts: &ServeOptions, shutdown: Arc<AtomicBool>) -> Result<i32> {
-    let poll = opts.poll;
-    let mut engine = open_engine(cli)?;
-    let mut member = engine.log().join(&opts.group)?;
-    let mut last_sweep: Option<Instant> = None;
+    let loop_opts = agentledger::server::LoopOptions {
+        group: opts.group.clone(),
+        poll: opts.poll,
+        gc_interval: opts.gc_interval,
+        gc_grace: opts.gc_grace,
+    };
+    let where_ = match &cli.kafka {
+        Some(k) => format!("the ledger on Kafka at {k}"),
+        None => format!("the ledger in {}", cli.data.display()),
+    };
+    eprintln!("agentledger serving {where_}; stop with ctrl-c or SIGTERM");
+    let summary = agentledger::server::run(
+        opener(cli),
+        loop_opts,
+        opts.listen.map(|a| (a, opts.http.clone())),
+        &cli.data,
+        shutdown,
+        |addr| eprintln!("agentledger: listening on http://{addr}"),
+    )
+    .with_context(|| format!("serving {where_}"))?;
     eprintln!(
-        "agentledger serving {} as {}; stop with ctrl-c or SIGTERM",
-        engine.log().describe(),
-        member.describe()
+        "agentledger: stopped cleanly ({} finished runs dispatched, {} listeners opened, {} operations answered)",
+        summary.dispatched_runs, summary.opened, summary.ops
     );
-    let mut last_report = Instant::now();
-    let (mut opened, mut walked) = (0u64, 0u64);
-    let mut owned_before = None;
-    while !shutdown.load(Ordering::SeqCst) {
-        let owned = member.owned()?;
-        if owned_before.as_ref() != Some(&owned) {
-            eprintln!(
-                "agentledger: dispatching ledger partitions {:?}",
-                owned.iter().collect::<Vec<_>>()
-            );
-            owned_before = Some(owned.clone());
-        }
-        engine.catch_up(&|_| {})?;
-        let a = match engine.dispatch_partitions(&|p| owned.contains(&p)) {
-            Ok(a) => a,
-            // Another instance dispatched the same run first (this one was
-            // too slow to notice its partition had moved): its records
-            // stand, ours were kept out of the views. Carry on.
-            Err(LedgerError::Refused(r)) if r.code == agentledger::codes::Code::Conflict => {
-                tracing::warn!("{}", r.message);
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        engine.checkpoint(false)?;
-        if last_sweep.is_none_or(|t| t.elapsed() >= opts.gc_interval) {
-            match engine.sweep_content(opts.gc_grace) {
-                Ok(r) if r.removed > 0 => tracing::info!(
-                    removed = r.removed,
-                    bytes = r.removed_bytes,
-                    "content no live reference holds was removed"
-                ),
-                Ok(_) => {}
-                Err(e) => tracing::warn!("sweeping the content store: {e}"),
-            }
-            last_sweep = Some(Instant::now());
-        }
-        opened += a.opened.len() as u64;
-        walked += a.dispatched_runs;
-        if a.dispatched_runs == 0 {
-            std::thread::sleep(poll);
-        }
-        if last_report.elapsed() > Duration::from_secs(10) {
-            tracing::info!(opened, dispatched_runs = walked, "serve progress");
-            last_report = Instant::now();
-        }
-    }
-    drop(member);
-    engine.flush()?;
-    eprintln!("agentledger: stopped cleanly ({walked} finished runs dispatched, {opened} listeners opened)");
     Ok(0)
 }
 

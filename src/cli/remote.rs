@@ -1,0 +1,181 @@
+//! The CLI through a running server: while `serve --listen` owns the data
+//! dir, `trail`, `chain`, `agent`, `stats`, `status` and `apply` find it
+//! through `<data>/serve.addr` (or `--server URL`) and ask it, printing
+//! exactly what they print from the data dir.
+
+use super::Cli;
+use agentledger::apply::Line;
+use agentledger::protocol::{Answer, Done, Failure, Reply, True};
+use agentledger::queries::{Query, Said};
+use anyhow::{bail, Context, Result};
+use std::time::Duration;
+
+pub struct Server {
+    base: String,
+    client: reqwest::blocking::Client,
+}
+
+/// The server to go through: `--server`, or the one named in
+/// `serve.addr` if it answers (a server killed outright leaves the file
+/// behind; then the data dir is used directly).
+pub fn server_for(cli: &Cli) -> Result<Option<Server>> {
+    if let Some(url) = &cli.server {
+        let s = Server::new(url)?;
+        if !s.healthy() {
+            bail!("--server {url}: no agentledger server answers there");
+        }
+        return Ok(Some(s));
+    }
+    let file = agentledger::server::addr_file(&cli.data);
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        return Ok(None);
+    };
+    let s = Server::new(text.trim())?;
+    Ok(s.healthy().then_some(s))
+}
+
+impl Server {
+    fn new(url: &str) -> Result<Server> {
+        let client = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .build()
+            .context("making an HTTP client")?;
+        Ok(Server {
+            base: url.trim_end_matches('/').to_string(),
+            client,
+        })
+    }
+
+    fn healthy(&self) -> bool {
+        self.client
+            .get(format!("{}/healthz", self.base))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .is_ok_and(|r| r.status().is_success())
+    }
+
+    /// Ask a read-only question.
+    pub fn query(&self, q: &Query, json: bool) -> Result<Said> {
+        let enc = |s: &str| {
+            s.bytes()
+                .map(|b| match b {
+                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                        (b as char).to_string()
+                    }
+                    _ => format!("%{b:02X}"),
+                })
+                .collect::<String>()
+        };
+        let mut params = vec![("format", if json { "json" } else { "text" }.to_string())];
+        let path = match q {
+            Query::Trail { run, chain, as_of } => {
+                params.push(("chain", chain.to_string()));
+                if let Some(a) = as_of {
+                    params.push(("as_of", a.clone()));
+                }
+                format!("/v1/runs/{}/trail", enc(run))
+            }
+            Query::Chain { run } => format!("/v1/runs/{}/chain", enc(run)),
+            Query::Agent { name } => format!("/v1/agents/{}", enc(name)),
+            Query::Stats { task } => format!("/v1/tasks/{}/stats", enc(task)),
+            Query::Status => "/v1/status".to_string(),
+        };
+        let r = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .query(&params)
+            .send()
+            .with_context(|| format!("asking the server at {}", self.base))?;
+        let ok = r.status().is_success();
+        let body = r.text().context("reading the server's answer")?;
+        if ok {
+            return Ok(Said {
+                out: body,
+                failure: None,
+            });
+        }
+        let failure: Failure =
+            serde_json::from_str(&body).with_context(|| format!("the server answered {body:?}"))?;
+        Ok(Said {
+            out: String::new(),
+            failure: Some(failure),
+        })
+    }
+
+    /// Answer request lines through `POST /v1/ops` (ndjson, in order).
+    pub fn ops(&self, lines: Vec<Line>) -> std::io::Result<Vec<(Reply, bool)>> {
+        fn io(e: impl std::fmt::Display) -> std::io::Error {
+            std::io::Error::other(e.to_string())
+        }
+        let mut body = String::new();
+        let mut ops = Vec::new();
+        for v in lines.iter().flatten() {
+            body.push_str(&v.to_string());
+            body.push('\n');
+            ops.push(v["op"].as_str().unwrap_or("").to_string());
+        }
+        let mut answered = Vec::new();
+        if !ops.is_empty() {
+            let r = self
+                .client
+                .post(format!("{}/v1/ops", self.base))
+                .header("content-type", "application/x-ndjson")
+                .body(body)
+                .send()
+                .map_err(io)?;
+            let ndjson = r
+                .headers()
+                .get("content-type")
+                .is_some_and(|t| t.as_bytes().starts_with(b"application/x-ndjson"));
+            let text = r.text().map_err(io)?;
+            if ndjson {
+                for (line, op) in text.lines().filter(|l| !l.trim().is_empty()).zip(&ops) {
+                    answered.push(reply_of(op, line).map_err(io)?);
+                }
+            } else {
+                // One failure for the whole body (too large, overloaded,
+                // shutting down) answers every line of it.
+                let f: Failure = serde_json::from_str(&text)
+                    .map_err(|e| io(format!("the server answered {text:?}: {e}")))?;
+                answered = vec![Reply::Failed(f); ops.len()];
+            }
+            if answered.len() != ops.len() {
+                return Err(io("the server answered fewer lines than it was sent"));
+            }
+        }
+        let mut answered = answered.into_iter();
+        let mut out = Vec::with_capacity(lines.len());
+        for l in lines {
+            let reply = match l {
+                Err(f) => Reply::Failed(f),
+                Ok(_) => answered.next().expect("counted above"),
+            };
+            let machine = matches!(&reply, Reply::Failed(f) if !f.error.code.is_refusal());
+            out.push((reply, machine));
+        }
+        Ok(out)
+    }
+}
+
+/// A reply line of operation `op`, read back into its type.
+fn reply_of(op: &str, line: &str) -> Result<Reply, String> {
+    let mut v: serde_json::Value =
+        serde_json::from_str(line).map_err(|e| format!("the server answered {line:?}: {e}"))?;
+    if v["ok"] != serde_json::json!(true) {
+        return serde_json::from_value::<Failure>(v)
+            .map(Reply::Failed)
+            .map_err(|e| format!("the server's reply is not an answer: {e}"));
+    }
+    let follow_up_failed = v
+        .as_object_mut()
+        .and_then(|o| o.remove("follow_up_failed"))
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|e| e.to_string())?
+        .unwrap_or_default();
+    Ok(Reply::Done(Done {
+        ok: True,
+        answer: Answer::from_value(op, v)?,
+        follow_up_failed,
+    }))
+}

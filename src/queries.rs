@@ -1,0 +1,360 @@
+//! The read-only questions — trail, chain, agent, status, stats — answered
+//! as the exact text or JSON lines the CLI prints. One function per
+//! question over an open [`Engine`], so that `agentledger trail` on the
+//! data dir and `GET /v1/runs/{run}/trail` through a running server say
+//! the same thing, byte for byte.
+
+use crate::codes::Code;
+use crate::engine::Engine;
+use crate::error::LedgerError;
+use crate::log::Topic;
+use crate::protocol::{Failure, LoopCheckOut, WithheldOut};
+use crate::report;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::fmt::Write as _;
+
+/// A read-only question.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "query", rename_all = "snake_case")]
+pub enum Query {
+    Trail {
+        run: String,
+        #[serde(default)]
+        chain: bool,
+        #[serde(default)]
+        as_of: Option<String>,
+    },
+    Chain {
+        run: String,
+    },
+    Agent {
+        name: String,
+    },
+    Status,
+    Stats {
+        task: String,
+    },
+}
+
+/// What a question's answer prints: lines for stdout, or a refusal (exit
+/// 1) or a bad question (exit 2) with its code and message.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Said {
+    pub out: String,
+    pub failure: Option<Failure>,
+}
+
+impl Said {
+    fn refused(code: Code, message: impl Into<String>) -> Self {
+        Said {
+            out: String::new(),
+            failure: Some(Failure::new(code, message)),
+        }
+    }
+
+    /// The exit code the CLI ends with: 0 answered, 1 refused, 2 a
+    /// question that cannot be asked.
+    pub fn exit_code(&self) -> i32 {
+        match &self.failure {
+            None => 0,
+            Some(f) if f.error.code == Code::InvalidRequest => 2,
+            Some(_) => 1,
+        }
+    }
+
+    /// The line the CLI prints on stderr for a failure.
+    pub fn error_line(&self) -> Option<String> {
+        self.failure
+            .as_ref()
+            .map(|f| format!("agentledger: {}: {}", f.error.code, f.error.message))
+    }
+}
+
+/// Answer `q`, as JSON lines when `json`, else as text.
+pub fn answer(engine: &Engine, q: &Query, json: bool) -> Result<Said, LedgerError> {
+    let said = match q {
+        Query::Trail { run, chain, as_of } => trail(engine, run, *chain, as_of.as_deref(), json),
+        Query::Chain { run } => chain(engine, run, json),
+        Query::Agent { name } => agent(engine, name, json),
+        Query::Status => status(engine, json),
+        Query::Stats { task } => stats(engine, task, json),
+    };
+    match said {
+        Err(e) if e.is_refusal() => Ok(Said::refused(e.code(), e.to_string())),
+        other => other,
+    }
+}
+
+macro_rules! line {
+    ($out:expr, $($arg:tt)*) => {{
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+
+fn trail(
+    engine: &Engine,
+    run: &str,
+    chain: bool,
+    as_of: Option<&str>,
+    json: bool,
+) -> Result<Said, LedgerError> {
+    let point = match as_of.map(report::parse_as_of).transpose() {
+        Ok(p) => p,
+        Err(e) => return Ok(Said::refused(Code::InvalidRequest, format!("--as-of: {e}"))),
+    };
+    let mut steps = report::collect_trail(engine.views(), engine.log().as_ref(), run, chain)?;
+    if let Some(point) = point {
+        steps.retain(|(_, s)| point.includes(s));
+    }
+    let mut out = String::new();
+    for (r, s) in &steps {
+        if json {
+            line!(out, "{}", report::step_json(r, s));
+        } else {
+            line!(out, "{}", report::step_line(r, s));
+        }
+    }
+    Ok(Said { out, failure: None })
+}
+
+fn chain(engine: &Engine, run: &str, json: bool) -> Result<Said, LedgerError> {
+    let views = engine.views();
+    let Some(state) = views.run(run)? else {
+        return Ok(Said::refused(
+            Code::UnknownRun,
+            format!("no run {run:?} in the ledger"),
+        ));
+    };
+    let mut out = String::new();
+    let Some(root) = state.root.clone() else {
+        if json {
+            line!(
+                out,
+                "{}",
+                json!({"run": run, "root": null, "hop": null, "runs": [run]})
+            );
+        } else {
+            line!(
+                out,
+                "{run}: chain unknown (opened without a recorded chain position)"
+            );
+        }
+        return Ok(Said { out, failure: None });
+    };
+    let runs = views.chain(&root)?.map(|c| c.runs).unwrap_or_default();
+    let mut rows = Vec::new();
+    for r in &runs {
+        if let Some(s) = views.run(r)? {
+            rows.push(s);
+        }
+    }
+    if json {
+        line!(
+            out,
+            "{}",
+            json!({"root": root, "runs": rows.iter().map(|s| json!({
+                "run": s.run, "agent": s.agent, "version": s.version, "hop": s.hop,
+                "status": s.status.map(|x| x.as_str()),
+                "source_run": s.trigger.as_ref().map(|t| t.source_run.clone()),
+                "withheld": s.withheld.as_ref().map(WithheldOut::from)})).collect::<Vec<_>>()})
+        );
+    } else {
+        line!(out, "chain of {root}:");
+        for s in rows {
+            let status = s.status.map(|x| x.as_str()).unwrap_or("open");
+            let from = s
+                .trigger
+                .as_ref()
+                .map(|t| format!(" <- {} ({})", t.source_run, t.event))
+                .unwrap_or_default();
+            let w = if s.withheld.is_some() {
+                "  [events withheld]"
+            } else {
+                ""
+            };
+            line!(
+                out,
+                "  hop {:<2} {:<22} {:<12} {status}{from}{w}",
+                s.hop.unwrap_or(0),
+                s.run,
+                s.agent
+            );
+        }
+    }
+    Ok(Said { out, failure: None })
+}
+
+fn agent(engine: &Engine, name: &str, json: bool) -> Result<Said, LedgerError> {
+    let versions = engine.views().versions(name)?;
+    if versions.is_empty() {
+        return Ok(Said::refused(
+            Code::UnknownAgent,
+            format!("no agent {name:?} has been published"),
+        ));
+    }
+    let mut out = String::new();
+    for v in versions {
+        if json {
+            let o = json!({"agent": v.agent, "version": v.version, "scope": v.scope, "listens": v.listens,
+                "emits": v.emits.iter().map(|e| json!({"event": e.event, "context": e.context, "artifacts": e.artifacts})).collect::<Vec<_>>(),
+                "access": v.access, "tool_budget": v.tool_budget,
+                "loop_check": LoopCheckOut::from(&v.loop_check)});
+            line!(out, "{o}");
+        } else {
+            line!(
+                out,
+                "{} v{} ({}) listens [{}] emits [{}]",
+                v.agent,
+                v.version,
+                v.scope,
+                v.listens.join(", "),
+                v.emits
+                    .iter()
+                    .map(|e| e.event.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            for w in &v.loop_check.warnings {
+                line!(
+                    out,
+                    "  loop: {}{}",
+                    w.text,
+                    w.note
+                        .as_ref()
+                        .map(|n| format!(" ({n})"))
+                        .unwrap_or_default()
+                );
+            }
+            if v.loop_check.may_be_more {
+                line!(out, "  there may be more loops than listed");
+            }
+            if let Some(t) = &v.loop_check.text {
+                line!(out, "  {t}");
+            }
+        }
+    }
+    Ok(Said { out, failure: None })
+}
+
+fn status(engine: &Engine, json: bool) -> Result<Said, LedgerError> {
+    let log = engine.log();
+    let views = engine.views();
+    struct Row {
+        topic: Topic,
+        partition: u32,
+        end: u64,
+        projected: Option<u64>,
+        dispatch: Option<u64>,
+        attested: Option<u64>,
+    }
+    let mut rows = Vec::new();
+    for topic in Topic::ALL {
+        for p in 0..log.partitions(topic) {
+            let chained = matches!(topic, Topic::Ledger | Topic::Registry);
+            rows.push(Row {
+                topic,
+                partition: p,
+                end: log.end_offset(topic, p).map_err(LedgerError::Log)?,
+                projected: match topic {
+                    Topic::Published => None,
+                    _ => Some(views.offset(topic, p)?),
+                },
+                dispatch: match topic {
+                    Topic::Ledger => Some(views.dispatch_cursor(p)?),
+                    _ => None,
+                },
+                attested: if chained {
+                    Some(views.checkpoint_mark(topic, p)?.to)
+                } else {
+                    None
+                },
+            });
+        }
+    }
+    let sizes = views.sizes()?;
+    let lag = |r: &Row| r.projected.map(|x| r.end - x.min(r.end));
+    let mut out = String::new();
+    if json {
+        line!(
+            out,
+            "{}",
+            json!({"log": log.describe(),
+                "partitions": rows.iter().map(|r| json!({"topic": r.topic.name(), "partition": r.partition,
+                    "end": r.end, "projected": r.projected, "lag": lag(r), "dispatch_cursor": r.dispatch,
+                    "attested_by_checkpoints": r.attested})).collect::<Vec<_>>(),
+                "views": sizes.iter().map(|(n, c)| (n.to_string(), json!(c))).collect::<serde_json::Map<_, _>>()})
+        );
+    } else {
+        line!(out, "{}", log.describe());
+        line!(
+            out,
+            "{:<12} {:>4} {:>10} {:>10} {:>6} {:>10} {:>10}",
+            "topic",
+            "part",
+            "end",
+            "projected",
+            "lag",
+            "dispatch@",
+            "attested"
+        );
+        let f = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+        for r in &rows {
+            line!(
+                out,
+                "{:<12} {:>4} {:>10} {:>10} {:>6} {:>10} {:>10}",
+                r.topic.name(),
+                r.partition,
+                r.end,
+                f(r.projected),
+                f(lag(r)),
+                f(r.dispatch),
+                f(r.attested)
+            );
+        }
+        line!(
+            out,
+            "views: {}",
+            sizes
+                .iter()
+                .map(|(n, c)| format!("{n} {c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(Said { out, failure: None })
+}
+
+fn stats(engine: &Engine, task: &str, json: bool) -> Result<Said, LedgerError> {
+    let st = engine.task_stats(task)?;
+    let per_token = crate::context::BYTES_PER_TOKEN;
+    let mut out = String::new();
+    if json {
+        line!(
+            out,
+            "{}",
+            json!({"task": task, "subtasks": st.subtasks, "inline_bytes": st.inline_bytes,
+                   "referenced_bytes": st.referenced_bytes, "est_tokens_saved": st.est_tokens_saved,
+                   "bytes_per_token": per_token, "refusals": st.refusals})
+        );
+    } else {
+        line!(out, "task {task}: {} subtasks", st.subtasks);
+        line!(
+            out,
+            "  sent inline:            {:>10} bytes",
+            st.inline_bytes
+        );
+        line!(
+            out,
+            "  left behind references: {:>10} bytes",
+            st.referenced_bytes
+        );
+        line!(
+            out,
+            "  estimated tokens saved: {:>10} (at ~{per_token} bytes per token, a common rule of thumb for English text)",
+            st.est_tokens_saved
+        );
+        line!(out, "  refusals recorded:      {:>10}", st.refusals);
+    }
+    Ok(Said { out, failure: None })
+}

@@ -1,0 +1,160 @@
+//! Following the `published` topic for the network: a cursor over its
+//! partitions that is also the event id a client resumes from, and the
+//! filters a consumer may ask for. Shared by the SSE stream and the
+//! WebSocket `subscribe`.
+
+use crate::log::{Log, Topic};
+use serde::Deserialize;
+use serde_json::Value;
+use std::time::Duration;
+
+/// Where a reader stands: the next offset of every partition of the
+/// `published` topic. Written as the offsets joined by `.` (`"12"` with
+/// one partition, `"4.0.9"` with three): the id of an event is the cursor
+/// just past it, so resuming from it repeats and loses nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor(pub Vec<u64>);
+
+impl Cursor {
+    /// Parse a cursor of `partitions` offsets, or `beginning` / `end`.
+    pub fn parse(text: &str, log: &dyn Log) -> Result<Cursor, String> {
+        let parts = log.partitions(Topic::Published);
+        match text.trim() {
+            "beginning" => Ok(Cursor(vec![0; parts as usize])),
+            "end" => Cursor::end(log),
+            t => {
+                let offsets: Vec<u64> = t
+                    .split('.')
+                    .map(|o| o.parse::<u64>())
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| {
+                        format!(
+                            "{t:?} is not a cursor (offsets joined by \".\", or beginning or end)"
+                        )
+                    })?;
+                if offsets.len() != parts as usize {
+                    return Err(format!(
+                        "cursor {t:?} names {} partitions; the published topic has {parts}",
+                        offsets.len()
+                    ));
+                }
+                Ok(Cursor(offsets))
+            }
+        }
+    }
+
+    /// The end of every partition: only events published from now on.
+    pub fn end(log: &dyn Log) -> Result<Cursor, String> {
+        (0..log.partitions(Topic::Published))
+            .map(|p| {
+                log.end_offset(Topic::Published, p)
+                    .map_err(|e| e.to_string())
+            })
+            .collect::<Result<_, _>>()
+            .map(Cursor)
+    }
+
+    pub fn id(&self) -> String {
+        self.0
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(".")
+    }
+}
+
+/// Which published events a reader wants.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Filter {
+    /// Only events whose artifacts carry an `area:` label inside this
+    /// scope (the scope itself or below it).
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// Only events of this name.
+    #[serde(default)]
+    pub event: Option<String>,
+}
+
+impl Filter {
+    pub fn admits(&self, e: &Value) -> bool {
+        if let Some(name) = &self.event {
+            if e["event"].as_str() != Some(name.as_str()) {
+                return false;
+            }
+        }
+        if let Some(scope) = &self.scope {
+            let inside = |label: &str| {
+                label.strip_prefix("area:").is_some_and(|area| {
+                    area == scope
+                        || area
+                            .strip_prefix(scope.as_str())
+                            .is_some_and(|rest| rest.starts_with('/'))
+                })
+            };
+            let any = e["artifacts"].as_array().is_some_and(|arts| {
+                arts.iter().any(|a| {
+                    a["labels"]
+                        .as_array()
+                        .is_some_and(|ls| ls.iter().any(|l| l.as_str().is_some_and(inside)))
+                })
+            });
+            if !any {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// One published event and the cursor just past it.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub id: String,
+    pub json: String,
+}
+
+/// The events after `cursor` that `filter` admits (the cursor moves past
+/// every event read, admitted or not). Waits up to `wait` when there are
+/// none yet. Blocking: call from a blocking thread.
+pub fn next_batch(
+    log: &dyn Log,
+    cursor: &mut Cursor,
+    filter: &Filter,
+    wait: Duration,
+) -> Result<Vec<Published>, String> {
+    for attempt in 0..2 {
+        let mut out = Vec::new();
+        let mut read_any = false;
+        for p in 0..cursor.0.len() {
+            let records = log
+                .read(Topic::Published, p as u32, cursor.0[p], 256)
+                .map_err(|e| e.to_string())?;
+            for r in records {
+                read_any = true;
+                cursor.0[p] = r.offset + 1;
+                let Ok(v) = serde_json::from_slice::<Value>(&r.payload) else {
+                    tracing::warn!(
+                        partition = p,
+                        offset = r.offset,
+                        "a published record is not JSON; skipped"
+                    );
+                    continue;
+                };
+                if filter.admits(&v) {
+                    out.push(Published {
+                        id: cursor.id(),
+                        json: String::from_utf8_lossy(&r.payload).into_owned(),
+                    });
+                }
+            }
+        }
+        if read_any || attempt == 1 || cursor.0.is_empty() {
+            return Ok(out);
+        }
+        // Wait on the first partition's tail; the others are read on wake.
+        log.wait_beyond(Topic::Published, 0, cursor.0[0], wait)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(Vec::new())
+}

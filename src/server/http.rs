@@ -1,0 +1,614 @@
+//! The routes: `POST /v1/ops` (one op as JSON, or many as ndjson; one SSE
+//! event when the caller prefers `text/event-stream`), `GET /v1/ws`, `GET
+//! /v1/events` (SSE), the read-only questions, `/metrics`, `/healthz` and
+//! `/readyz`. Every route answers in the protocol's envelope; limits and
+//! faults have their own status codes.
+
+use super::events::{self, Cursor, Filter};
+use super::ledger::{Gone, LedgerHandle, Line};
+use crate::apply::parse_line;
+use crate::codes::Code;
+use crate::protocol::{Failure, Reply};
+use crate::queries::{self, Query, Said};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{DefaultBodyLimit, Path, Query as QueryParams, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// Limits of the network face.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Largest request body (and WebSocket message): the line limit.
+    pub max_body: usize,
+    /// Longest wait for an answer before `504 timeout`.
+    pub timeout: Duration,
+    /// Requests answered at once; past it `503 overloaded` with
+    /// `Retry-After`.
+    pub max_in_flight: usize,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            max_body: crate::limits::MAX_LINE_BYTES,
+            timeout: Duration::from_secs(30),
+            max_in_flight: 256,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    ledger: LedgerHandle,
+    slots: Arc<Semaphore>,
+    opts: Arc<HttpOptions>,
+    /// Set when the server shuts down: streams end, sockets close.
+    stopping: Arc<AtomicBool>,
+}
+
+impl AppState {
+    pub fn new(ledger: LedgerHandle, opts: HttpOptions, stopping: Arc<AtomicBool>) -> Self {
+        AppState {
+            ledger,
+            slots: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
+            opts: Arc::new(opts),
+            stopping,
+        }
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    let max_body = state.opts.max_body;
+    Router::new()
+        .route("/v1/ops", post(ops))
+        .route("/v1/ws", get(ws))
+        .route("/v1/events", get(sse_events))
+        .route("/v1/runs/{run}/trail", get(trail))
+        .route("/v1/runs/{run}/chain", get(chain))
+        .route("/v1/agents/{name}", get(agent))
+        .route("/v1/tasks/{task}/stats", get(stats))
+        .route("/v1/status", get(status))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(state)
+}
+
+/// The HTTP status of a failure: 400 for requests that are not well
+/// formed, 409 when the ledger already holds what the request would
+/// create, 422 for other refusals, 413 over a size limit, 503 when the
+/// log cannot be used (or the server is overloaded), 504 on timeout, 500
+/// for damage.
+pub fn status_of(code: Code) -> StatusCode {
+    use Code::*;
+    match code {
+        MalformedJson | InvalidRequest | UnknownOp | InvalidName | InvalidScope | InvalidLabel => {
+            StatusCode::BAD_REQUEST
+        }
+        LineTooLong | TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        RunExists | RunClosed | TaskExists | DuplicateSubtask | AlreadyReturned
+        | AlreadyEvaluated | Conflict => StatusCode::CONFLICT,
+        LogError | IoError | DataDirInUse | Overloaded | ShuttingDown => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        Timeout => StatusCode::GATEWAY_TIMEOUT,
+        CorruptRecord | ViewError | ContentStoreError | InternalError | SchemaUnavailable => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+        _ => StatusCode::UNPROCESSABLE_ENTITY,
+    }
+}
+
+fn json_response(status: StatusCode, body: String) -> Response {
+    let mut r = (status, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn failure_response(f: Failure) -> Response {
+    let status = status_of(f.error.code);
+    let retry = matches!(f.error.code, Code::Overloaded | Code::ShuttingDown);
+    let mut r = json_response(
+        status,
+        serde_json::to_string(&f).expect("failures serialise"),
+    );
+    if retry {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    r
+}
+
+fn overloaded(max: usize) -> Response {
+    failure_response(Failure::new(
+        Code::Overloaded,
+        format!("the server is answering {max} requests already; retry shortly"),
+    ))
+}
+
+fn gone() -> Response {
+    failure_response(Failure::new(Code::ShuttingDown, Gone.to_string()))
+}
+
+fn timed_out(after: Duration) -> Response {
+    failure_response(Failure::new(
+        Code::Timeout,
+        format!(
+            "no answer within {} ms; the operation may still be carried out — read the trail before retrying",
+            after.as_millis()
+        ),
+    ))
+}
+
+/// Whether the caller prefers one SSE event to a JSON body.
+fn prefers_event_stream(headers: &HeaderMap) -> bool {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    match (
+        accept.find("text/event-stream"),
+        accept.find("application/json"),
+    ) {
+        (Some(_), None) => true,
+        (Some(sse), Some(json)) => sse < json,
+        _ => false,
+    }
+}
+
+fn is_ndjson(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/x-ndjson"))
+}
+
+/// Split an ndjson body into request lines (blank lines are skipped, as
+/// `apply` skips them).
+fn ndjson_lines(body: &[u8]) -> Vec<Line> {
+    body.split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .map(parse_line)
+        .collect()
+}
+
+fn reply_text(r: &Reply) -> String {
+    serde_json::to_string(r).expect("replies serialise")
+}
+
+async fn ops(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let response = ops_inner(&s, &headers, body).await;
+    s.ledger.metrics.http("/v1/ops", response.status().as_u16());
+    response
+}
+
+async fn ops_inner(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let Ok(_slot) = s.slots.clone().try_acquire_owned() else {
+        return overloaded(s.opts.max_in_flight);
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return failure_response(Failure::new(
+                Code::LineTooLong,
+                format!(
+                    "request body exceeds the limit of {} bytes",
+                    s.opts.max_body
+                ),
+            ))
+        }
+        Err(r) => return failure_response(Failure::new(Code::InvalidRequest, r.body_text())),
+    };
+    let ndjson = is_ndjson(headers);
+    let lines = if ndjson {
+        ndjson_lines(&body)
+    } else {
+        vec![parse_line(&body)]
+    };
+    let replies = match tokio::time::timeout(s.opts.timeout, s.ledger.ops(lines)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(Gone)) => return gone(),
+        Err(_) => return timed_out(s.opts.timeout),
+    };
+    if ndjson {
+        let mut text = String::new();
+        for r in &replies {
+            text.push_str(&reply_text(r));
+            text.push('\n');
+        }
+        let mut r = (StatusCode::OK, text).into_response();
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-ndjson"),
+        );
+        return r;
+    }
+    let Some(reply) = replies.into_iter().next() else {
+        return gone();
+    };
+    let status = match &reply {
+        Reply::Done(_) => StatusCode::OK,
+        Reply::Failed(f) => status_of(f.error.code),
+    };
+    if prefers_event_stream(headers) {
+        let mut r = (
+            status,
+            format!("event: message\ndata: {}\n\n", reply_text(&reply)),
+        )
+            .into_response();
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        return r;
+    }
+    json_response(status, reply_text(&reply))
+}
+
+/// Query parameters of the read routes.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadParams {
+    /// `json` (default) or `text` (what the CLI prints without `--json`).
+    #[serde(default)]
+    format: Option<String>,
+    #[serde(default)]
+    chain: Option<bool>,
+    #[serde(default)]
+    as_of: Option<String>,
+}
+
+/// The header that carries the CLI's exit code for an answer.
+pub const EXIT_HEADER: &str = "x-agentledger-exit";
+
+async fn ask(s: &AppState, q: Query, params: &ReadParams, route: &'static str) -> Response {
+    let response = ask_inner(s, q, params).await;
+    s.ledger.metrics.http(route, response.status().as_u16());
+    response
+}
+
+async fn ask_inner(s: &AppState, q: Query, params: &ReadParams) -> Response {
+    let Ok(_slot) = s.slots.clone().try_acquire_owned() else {
+        return overloaded(s.opts.max_in_flight);
+    };
+    let json = match params.format.as_deref() {
+        None | Some("json") => true,
+        Some("text") => false,
+        Some(other) => {
+            return failure_response(Failure::new(
+                Code::InvalidRequest,
+                format!("format {other:?} is not json or text"),
+            ))
+        }
+    };
+    let call = s
+        .ledger
+        .call(move |engine| queries::answer(engine, &q, json));
+    let said: Said = match tokio::time::timeout(s.opts.timeout, call).await {
+        Ok(Ok(Ok(said))) => said,
+        Ok(Ok(Err(e))) => return failure_response(Failure::new(e.code(), e.to_string())),
+        Ok(Err(Gone)) => return gone(),
+        Err(_) => return timed_out(s.opts.timeout),
+    };
+    let exit = HeaderValue::from(said.exit_code());
+    // A failure is the protocol's JSON in either format: the CLI prints
+    // its line from it.
+    let mut r = match (&said.failure, json) {
+        (Some(f), _) => failure_response(f.clone()),
+        (None, true) => {
+            let mut r = (StatusCode::OK, said.out).into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/x-ndjson"),
+            );
+            r
+        }
+        (None, false) => (StatusCode::OK, said.out).into_response(),
+    };
+    r.headers_mut().insert(EXIT_HEADER, exit);
+    r
+}
+
+async fn trail(
+    State(s): State<AppState>,
+    Path(run): Path<String>,
+    QueryParams(p): QueryParams<ReadParams>,
+) -> Response {
+    let q = Query::Trail {
+        run,
+        chain: p.chain.unwrap_or(false),
+        as_of: p.as_of.clone(),
+    };
+    ask(&s, q, &p, "/v1/runs/{run}/trail").await
+}
+
+async fn chain(
+    State(s): State<AppState>,
+    Path(run): Path<String>,
+    QueryParams(p): QueryParams<ReadParams>,
+) -> Response {
+    ask(&s, Query::Chain { run }, &p, "/v1/runs/{run}/chain").await
+}
+
+async fn agent(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    QueryParams(p): QueryParams<ReadParams>,
+) -> Response {
+    ask(&s, Query::Agent { name }, &p, "/v1/agents/{name}").await
+}
+
+async fn stats(
+    State(s): State<AppState>,
+    Path(task): Path<String>,
+    QueryParams(p): QueryParams<ReadParams>,
+) -> Response {
+    ask(&s, Query::Stats { task }, &p, "/v1/tasks/{task}/stats").await
+}
+
+async fn status(State(s): State<AppState>, QueryParams(p): QueryParams<ReadParams>) -> Response {
+    ask(&s, Query::Status, &p, "/v1/status").await
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    let metrics = s.ledger.metrics.clone();
+    // Lags are read on the ledger thread; a busy ledger still gets its
+    // counters scraped.
+    let observe = s.ledger.call(move |engine| metrics.observe_lags(engine));
+    let _ = tokio::time::timeout(Duration::from_secs(2), observe).await;
+    let mut r = (StatusCode::OK, s.ledger.metrics.render()).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    r
+}
+
+async fn ready(State(s): State<AppState>) -> Response {
+    if s.ledger.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "catching up with the log\n",
+        )
+            .into_response()
+    }
+}
+
+/// Query parameters of `/v1/events`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventParams {
+    /// A cursor (an event id), `beginning` or `end` (the default).
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    event: Option<String>,
+}
+
+/// Where a reader starts: `Last-Event-ID` (a reconnect) wins over `from`.
+fn start_cursor(
+    s: &AppState,
+    last_event_id: Option<&str>,
+    from: Option<&str>,
+) -> Result<Cursor, Failure> {
+    let log = s.ledger.log.as_ref();
+    let cursor = match last_event_id.or(from) {
+        Some(text) => Cursor::parse(text, log),
+        None => Cursor::end(log),
+    };
+    cursor.map_err(|e| Failure::new(Code::InvalidRequest, e))
+}
+
+/// Follow published events from `cursor` until the server stops or the
+/// receiver is dropped.
+fn follow(
+    s: &AppState,
+    mut cursor: Cursor,
+    filter: Filter,
+) -> tokio::sync::mpsc::Receiver<events::Published> {
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    let log = s.ledger.log.clone();
+    let stopping = s.stopping.clone();
+    tokio::spawn(async move {
+        while !stopping.load(Ordering::SeqCst) && !tx.is_closed() {
+            let (l, f, mut c) = (log.clone(), filter.clone(), cursor.clone());
+            let read = tokio::task::spawn_blocking(move || {
+                let got = events::next_batch(l.as_ref(), &mut c, &f, Duration::from_millis(200));
+                (got, c)
+            })
+            .await;
+            let Ok((got, c)) = read else { break };
+            cursor = c;
+            match got {
+                Ok(batch) => {
+                    for e in batch {
+                        if tx.send(e).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("following the published topic: {e}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    });
+    rx
+}
+
+async fn sse_events(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    params: Result<QueryParams<EventParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(QueryParams(p)) = params else {
+        return failure_response(Failure::new(
+            Code::InvalidRequest,
+            "query parameters are from, scope and event".to_string(),
+        ));
+    };
+    let last = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let cursor = match start_cursor(&s, last.as_deref(), p.from.as_deref()) {
+        Ok(c) => c,
+        Err(f) => return failure_response(f),
+    };
+    let filter = Filter {
+        scope: p.scope,
+        event: p.event,
+    };
+    s.ledger.metrics.http("/v1/events", 200);
+    let rx = follow(&s, cursor, filter);
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        let e = rx.recv().await?;
+        let event = Event::default().id(e.id).event("published").data(e.json);
+        Some((Ok::<_, Infallible>(event), rx))
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+async fn ws(State(s): State<AppState>, upgrade: WebSocketUpgrade) -> Response {
+    let max = s.opts.max_body;
+    s.ledger.metrics.http("/v1/ws", 101);
+    upgrade
+        .max_message_size(max)
+        .on_upgrade(move |socket| ws_session(s, socket))
+}
+
+/// `{"op":"subscribe", "from": …, "scope": …, "event": …}` on a socket.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Subscribe {
+    #[allow(dead_code)]
+    op: String,
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(flatten)]
+    filter: Filter,
+}
+
+/// One socket: each text message one operation, each answer one message,
+/// in order; after a `subscribe`, published events arrive on it too, as
+/// `{"published": {…}, "id": "<cursor>"}`.
+async fn ws_session(s: AppState, socket: WebSocket) {
+    let (mut sink, mut incoming) = socket.split();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Message>(256);
+    let writer = tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if sink.send(m).await.is_err() {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    let mut subscription: Option<tokio::task::JoinHandle<()>> = None;
+    let text = |r: &Reply| Message::Text(reply_text(r).into());
+    while let Some(Ok(msg)) = incoming.next().await {
+        if s.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        let bytes = match &msg {
+            Message::Text(t) => t.as_bytes().to_vec(),
+            Message::Binary(_) => {
+                let f = Failure::new(
+                    Code::InvalidRequest,
+                    "send operations as text messages, one JSON object each",
+                );
+                if tx.send(text(&Reply::Failed(f))).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            Message::Close(_) => break,
+            _ => continue,
+        };
+        let line = parse_line(&bytes);
+        let reply = match line {
+            Ok(v) if v["op"] == "subscribe" => match serde_json::from_value::<Subscribe>(v) {
+                Err(e) => Reply::Failed(Failure::new(
+                    Code::InvalidRequest,
+                    format!("subscribe: {e}"),
+                )),
+                Ok(sub) => match start_cursor(&s, None, sub.from.as_deref()) {
+                    Err(f) => Reply::Failed(f),
+                    Ok(cursor) => {
+                        if let Some(old) = subscription.take() {
+                            old.abort();
+                        }
+                        let ack = serde_json::json!({"ok": true, "subscribed": true, "from": cursor.id()});
+                        if tx
+                            .send(Message::Text(ack.to_string().into()))
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                        let mut events = follow(&s, cursor, sub.filter);
+                        let out = tx.clone();
+                        subscription = Some(tokio::spawn(async move {
+                            while let Some(e) = events.recv().await {
+                                let m = format!("{{\"published\":{},\"id\":\"{}\"}}", e.json, e.id);
+                                if out.send(Message::Text(m.into())).await.is_err() {
+                                    break;
+                                }
+                            }
+                        }));
+                        continue;
+                    }
+                },
+            },
+            line => match tokio::time::timeout(s.opts.timeout, s.ledger.ops(vec![line])).await {
+                Ok(Ok(mut r)) => r.pop().unwrap_or_else(|| {
+                    Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string()))
+                }),
+                Ok(Err(Gone)) => Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string())),
+                Err(_) => Reply::Failed(Failure::new(
+                    Code::Timeout,
+                    format!("no answer within {} ms", s.opts.timeout.as_millis()),
+                )),
+            },
+        };
+        if tx.send(text(&reply)).await.is_err() {
+            break;
+        }
+    }
+    if let Some(sub) = subscription {
+        sub.abort();
+    }
+    drop(tx);
+    let _ = writer.await;
+}

@@ -1,0 +1,287 @@
+//! The one thread that owns the engine while `serve` runs. Between the
+//! jobs the network hands it (operations, questions) it does what `serve`
+//! always did: catch up with the log, dispatch the partitions this
+//! instance owns, write checkpoints, sweep the content store. The engine
+//! decides one operation at a time, so one owner keeps it simple and
+//! correct; the transports only wait for their answers.
+
+use crate::codes::Code;
+use crate::engine::Engine;
+use crate::error::LedgerError;
+use crate::log::Log;
+use crate::protocol::{self, Failure, Reply};
+use crate::server::metrics::Metrics;
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// How the serve loop paces itself.
+#[derive(Debug, Clone)]
+pub struct LoopOptions {
+    /// Consumer group of the instances serving one ledger (Kafka).
+    pub group: String,
+    /// How long to wait for work when there is none.
+    pub poll: Duration,
+    pub gc_interval: Duration,
+    pub gc_grace: Duration,
+}
+
+/// One request line as the transport received it: parsed JSON, or the
+/// failure its bytes already are (malformed, too long).
+pub type Line = Result<Value, Failure>;
+
+enum Job {
+    Ops {
+        lines: Vec<Line>,
+        reply: oneshot::Sender<Vec<Reply>>,
+    },
+    Call(Box<dyn FnOnce(&mut Engine) + Send>),
+}
+
+/// The ledger thread has stopped (shut down, or failed): nothing more can
+/// be answered.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the ledger is shutting down")]
+pub struct Gone;
+
+/// A handle the transports share; the thread stops once every handle is
+/// dropped and the jobs already sent are answered.
+#[derive(Clone)]
+pub struct LedgerHandle {
+    tx: mpsc::Sender<Job>,
+    pub log: Arc<dyn Log>,
+    pub ready: Arc<AtomicBool>,
+    /// Set when the thread has ended (stopped, or failed).
+    pub ended: Arc<AtomicBool>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl LedgerHandle {
+    /// Answer request lines in order, as `apply` would.
+    pub async fn ops(&self, lines: Vec<Line>) -> Result<Vec<Reply>, Gone> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Job::Ops { lines, reply }).map_err(|_| Gone)?;
+        rx.await.map_err(|_| Gone)
+    }
+
+    /// Run `f` on the engine, between operations.
+    pub async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Engine) -> T + Send + 'static,
+    ) -> Result<T, Gone> {
+        let (reply, rx) = oneshot::channel();
+        let job = Job::Call(Box::new(move |engine| {
+            let _ = reply.send(f(engine));
+        }));
+        self.tx.send(job).map_err(|_| Gone)?;
+        rx.await.map_err(|_| Gone)
+    }
+}
+
+/// What the serve loop did, said when it stops.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Summary {
+    pub dispatched_runs: u64,
+    pub opened: u64,
+    pub ops: u64,
+}
+
+/// Open the engine on a thread of its own (with `open`) and run the serve
+/// loop there until `stop` is set (then the jobs already sent are
+/// answered) or every handle is dropped. Returns once the engine is open
+/// (or failed to open).
+pub fn start(
+    open: impl FnOnce() -> Result<Engine, LedgerError> + Send + 'static,
+    opts: LoopOptions,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+) -> Result<(LedgerHandle, JoinHandle<Result<Summary, LedgerError>>), LedgerError> {
+    let (tx, rx) = mpsc::channel::<Job>();
+    let (opened_tx, opened_rx) = mpsc::sync_channel(1);
+    let ready = Arc::new(AtomicBool::new(false));
+    let ended = Arc::new(AtomicBool::new(false));
+    let thread_ready = ready.clone();
+    let thread_ended = ended.clone();
+    let thread_metrics = metrics.clone();
+    let thread = std::thread::Builder::new()
+        .name("agentledger-ledger".into())
+        .spawn(move || {
+            let engine = match open() {
+                Ok(e) => {
+                    let _ = opened_tx.send(Ok(e.log().clone()));
+                    e
+                }
+                Err(e) => {
+                    let _ = opened_tx.send(Err(e));
+                    return Err(LedgerError::Internal("the engine did not open"));
+                }
+            };
+            let result = serve_loop(engine, rx, &opts, &stop, &thread_ready, &thread_metrics);
+            if let Err(e) = &result {
+                tracing::error!("the serve loop stopped: {e}");
+            }
+            thread_ended.store(true, Ordering::SeqCst);
+            result
+        })
+        .map_err(|e| LedgerError::Io {
+            context: "starting the ledger thread".into(),
+            source: e,
+        })?;
+    let log = match opened_rx.recv() {
+        Ok(Ok(log)) => log,
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            return Err(e);
+        }
+        Err(_) => {
+            return Err(LedgerError::Internal(
+                "the ledger thread ended while opening the engine",
+            ))
+        }
+    };
+    Ok((
+        LedgerHandle {
+            tx,
+            log,
+            ready,
+            ended,
+            metrics,
+        },
+        thread,
+    ))
+}
+
+fn serve_loop(
+    mut engine: Engine,
+    rx: mpsc::Receiver<Job>,
+    opts: &LoopOptions,
+    stop: &AtomicBool,
+    ready: &AtomicBool,
+    metrics: &Metrics,
+) -> Result<Summary, LedgerError> {
+    let mut member = engine.log().join(&opts.group)?;
+    tracing::info!(
+        "serving {} as {}",
+        engine.log().describe(),
+        member.describe()
+    );
+    let mut summary = Summary::default();
+    let mut last_sweep: Option<Instant> = None;
+    let mut last_step: Option<Instant> = None;
+    let mut owned_before = None;
+    let mut busy = false;
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            // Answer what was sent before the stop, then end.
+            while let Ok(job) = rx.try_recv() {
+                run_job(&mut engine, job, metrics, &mut summary);
+            }
+            break;
+        }
+        // Jobs first: a caller is waiting. The background work runs at
+        // least once per poll interval even under load.
+        let wait = if busy || last_step.is_none() {
+            Duration::ZERO
+        } else {
+            opts.poll
+        };
+        match rx.recv_timeout(wait) {
+            Ok(job) => {
+                run_job(&mut engine, job, metrics, &mut summary);
+                if last_step.is_some_and(|t| t.elapsed() < opts.poll) {
+                    continue;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        let owned = member.owned()?;
+        if owned_before.as_ref() != Some(&owned) {
+            tracing::info!(
+                "dispatching ledger partitions {:?}",
+                owned.iter().collect::<Vec<_>>()
+            );
+            owned_before = Some(owned.clone());
+        }
+        engine.catch_up(&|_| {})?;
+        ready.store(true, Ordering::SeqCst);
+        match engine.dispatch_partitions(&|p| owned.contains(&p)) {
+            Ok(a) => {
+                summary.opened += a.opened.len() as u64;
+                summary.dispatched_runs += a.dispatched_runs;
+                metrics.dispatched(&a);
+                busy = a.dispatched_runs > 0;
+            }
+            // Another instance dispatched the same run first (this one was
+            // too slow to notice its partition had moved): its records
+            // stand, ours were kept out of the views. Carry on.
+            Err(LedgerError::Refused(r)) if r.code == Code::Conflict => {
+                tracing::warn!("{}", r.message);
+                busy = true;
+            }
+            Err(e) => return Err(e),
+        }
+        engine.checkpoint(false)?;
+        if last_sweep.is_none_or(|t| t.elapsed() >= opts.gc_interval) {
+            match engine.sweep_content(opts.gc_grace) {
+                Ok(r) if r.removed > 0 => tracing::info!(
+                    removed = r.removed,
+                    bytes = r.removed_bytes,
+                    "content no live reference holds was removed"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::warn!("sweeping the content store: {e}"),
+            }
+            last_sweep = Some(Instant::now());
+        }
+        last_step = Some(Instant::now());
+    }
+    drop(member);
+    engine.flush()?;
+    Ok(summary)
+}
+
+fn run_job(engine: &mut Engine, job: Job, metrics: &Metrics, summary: &mut Summary) {
+    match job {
+        Job::Ops { lines, reply } => {
+            let mut replies = Vec::with_capacity(lines.len());
+            let mut stopped: Option<String> = None;
+            for line in lines {
+                let started = Instant::now();
+                let (answer, op) = match (line, &stopped) {
+                    (_, Some(why)) => (
+                        Reply::Failed(Failure::new(
+                            Code::LogError,
+                            format!(
+                                "not applied: an earlier operation of this request failed: {why}"
+                            ),
+                        )),
+                        None,
+                    ),
+                    (Err(failure), None) => (Reply::Failed(failure), None),
+                    (Ok(v), None) => {
+                        let op = v["op"].as_str().map(str::to_string);
+                        let (answer, machine) = protocol::reply(engine, &v);
+                        if machine {
+                            if let Reply::Failed(f) = &answer {
+                                stopped = Some(f.error.message.clone());
+                            }
+                        }
+                        (answer, op)
+                    }
+                };
+                summary.ops += 1;
+                metrics.answered(op.as_deref(), &answer, started.elapsed());
+                replies.push(answer);
+            }
+            // The caller may have gone (timeout, disconnect): the
+            // operations happened regardless, as with `apply`.
+            let _ = reply.send(replies);
+        }
+        Job::Call(f) => f(engine),
+    }
+}

@@ -1,0 +1,217 @@
+//! `GET /metrics` in the Prometheus text format: operations and refusals
+//! by code, withheld events by reason, loop warnings, listeners opened,
+//! operation latency; lags (projector, dispatcher) are read from the
+//! engine when scraped.
+
+use crate::engine::{DispatchAnswer, Engine};
+use crate::log::Topic;
+use crate::protocol::{Answer, Reply};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::time::Duration;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// The server's counters; cheap to update from any thread.
+pub struct Metrics {
+    registry: Registry,
+    operations: Family<Labels, Counter>,
+    refusals: Family<Labels, Counter>,
+    withheld: Family<Labels, Counter>,
+    loop_warnings: Counter,
+    listeners_opened: Counter,
+    listeners_refused: Family<Labels, Counter>,
+    latency: Family<Labels, Histogram>,
+    http: Family<Labels, Counter>,
+    lag: Family<Labels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("agentledger");
+        let operations = Family::<Labels, Counter>::default();
+        let refusals = Family::<Labels, Counter>::default();
+        let withheld = Family::<Labels, Counter>::default();
+        let loop_warnings = Counter::default();
+        let listeners_opened = Counter::default();
+        let listeners_refused = Family::<Labels, Counter>::default();
+        // 50 µs to ~26 s.
+        let latency = Family::<Labels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
+        });
+        let http = Family::<Labels, Counter>::default();
+        let lag = Family::<Labels, Gauge>::default();
+        registry.register(
+            "operations",
+            "Operations answered, by op and outcome (ok, refused, failed)",
+            operations.clone(),
+        );
+        registry.register(
+            "refusals",
+            "Operations not carried out, by code",
+            refusals.clone(),
+        );
+        registry.register(
+            "withheld_events",
+            "Declared events not published when their run closed, by reason",
+            withheld.clone(),
+        );
+        registry.register(
+            "loop_warnings",
+            "Loops named when agent versions were published",
+            loop_warnings.clone(),
+        );
+        registry.register(
+            "listeners_opened",
+            "Listener runs opened by dispatch",
+            listeners_opened.clone(),
+        );
+        registry.register(
+            "listeners_refused",
+            "Listeners not opened, by reason",
+            listeners_refused.clone(),
+        );
+        registry.register(
+            "operation_duration_seconds",
+            "Time to decide, append and answer an operation, by op",
+            latency.clone(),
+        );
+        registry.register(
+            "http_responses",
+            "HTTP responses by route and status",
+            http.clone(),
+        );
+        registry.register(
+            "lag_records",
+            "Records of the log not yet projected (kind=projector) or dispatched (kind=dispatch), by topic and partition",
+            lag.clone(),
+        );
+        Metrics {
+            registry,
+            operations,
+            refusals,
+            withheld,
+            loop_warnings,
+            listeners_opened,
+            listeners_refused,
+            latency,
+            http,
+            lag,
+        }
+    }
+
+    /// Count one answered operation.
+    pub fn answered(&self, op: Option<&str>, reply: &Reply, took: Duration) {
+        // A line that never became an operation (not JSON, too long).
+        let op = op.unwrap_or("unparsed").to_string();
+        let outcome = match reply {
+            Reply::Done(_) => "ok",
+            Reply::Failed(f) if f.error.code.is_refusal() => "refused",
+            Reply::Failed(_) => "failed",
+        };
+        self.operations
+            .get_or_create(&vec![("op", op.clone()), ("outcome", outcome.into())])
+            .inc();
+        self.latency
+            .get_or_create(&vec![("op", op)])
+            .observe(took.as_secs_f64());
+        match reply {
+            Reply::Failed(f) => {
+                self.refusals
+                    .get_or_create(&vec![("code", f.error.code.as_str().into())])
+                    .inc();
+            }
+            Reply::Done(d) => match &d.answer {
+                Answer::CloseRun(c) => {
+                    if let Some(w) = &c.withheld {
+                        self.withheld
+                            .get_or_create(&vec![("reason", w.reason.clone())])
+                            .inc_by(w.events.len() as u64);
+                    }
+                }
+                Answer::PublishAgent(p) => {
+                    self.loop_warnings.inc_by(p.warnings.len() as u64);
+                }
+                Answer::Dispatch(d) => {
+                    self.listeners_opened.inc_by(d.opened.len() as u64);
+                    for r in &d.refused {
+                        self.listeners_refused
+                            .get_or_create(&vec![("reason", r.reason.clone())])
+                            .inc();
+                    }
+                }
+                _ => {}
+            },
+        }
+    }
+
+    /// Count what a dispatch opened and refused (by `serve` or by a
+    /// `dispatch` operation).
+    pub fn dispatched(&self, a: &DispatchAnswer) {
+        self.listeners_opened.inc_by(a.opened.len() as u64);
+        for r in &a.refused {
+            self.listeners_refused
+                .get_or_create(&vec![("reason", r.reason.code().into())])
+                .inc();
+        }
+    }
+
+    pub fn http(&self, route: &'static str, status: u16) {
+        self.http
+            .get_or_create(&vec![
+                ("route", route.into()),
+                ("status", status.to_string()),
+            ])
+            .inc();
+    }
+
+    /// Read the lags from the engine (on the ledger thread).
+    pub fn observe_lags(&self, engine: &Engine) {
+        let log = engine.log();
+        let views = engine.views();
+        for topic in [Topic::Ledger, Topic::Registry] {
+            for p in 0..log.partitions(topic) {
+                let Ok(end) = log.end_offset(topic, p) else {
+                    continue;
+                };
+                if let Ok(projected) = views.offset(topic, p) {
+                    self.lag
+                        .get_or_create(&vec![
+                            ("kind", "projector".into()),
+                            ("topic", topic.name().into()),
+                            ("partition", p.to_string()),
+                        ])
+                        .set(end.saturating_sub(projected) as i64);
+                }
+                if topic == Topic::Ledger {
+                    if let Ok(cursor) = views.dispatch_cursor(p) {
+                        self.lag
+                            .get_or_create(&vec![
+                                ("kind", "dispatch".into()),
+                                ("topic", topic.name().into()),
+                                ("partition", p.to_string()),
+                            ])
+                            .set(end.saturating_sub(cursor) as i64);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,113 @@
+//! The ledger as a network service (`serve --listen`): one thread owns the
+//! engine and runs the serve loop ([`ledger`]); tokio and axum carry the
+//! same protocol as `apply` over HTTP, WebSocket and SSE ([`http`]);
+//! published events are followed by cursor ([`events`]); counters for
+//! Prometheus ([`metrics`]).
+
+pub mod events;
+pub mod http;
+pub mod ledger;
+pub mod metrics;
+
+use crate::engine::Engine;
+use crate::error::LedgerError;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use http::HttpOptions;
+pub use ledger::{LoopOptions, Summary};
+
+/// The file in the data dir that names the address a running server
+/// listens on; the CLI finds the server through it.
+pub fn addr_file(data: &Path) -> PathBuf {
+    data.join("serve.addr")
+}
+
+/// Run the serve loop until `shutdown` is set; with `listen`, answer the
+/// network too. `on_listening` is told the bound address (port 0 picks
+/// one). Graceful: the listener closes first, requests in flight are
+/// answered, then the engine is flushed.
+pub fn run(
+    open: impl FnOnce() -> Result<Engine, LedgerError> + Send + 'static,
+    loop_opts: LoopOptions,
+    listen: Option<(SocketAddr, HttpOptions)>,
+    data: &Path,
+    shutdown: Arc<AtomicBool>,
+    on_listening: impl FnOnce(SocketAddr),
+) -> Result<Summary, LedgerError> {
+    let metrics = Arc::new(metrics::Metrics::new());
+    let stop_ledger = Arc::new(AtomicBool::new(false));
+    let (handle, thread) = ledger::start(open, loop_opts, metrics, stop_ledger.clone())?;
+    let served = match listen {
+        None => {
+            while !shutdown.load(Ordering::SeqCst) && !thread.is_finished() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            drop(handle);
+            Ok(())
+        }
+        Some((addr, opts)) => listen_until(handle, addr, opts, data, shutdown, on_listening),
+    };
+    stop_ledger.store(true, Ordering::SeqCst);
+    let summary = thread
+        .join()
+        .map_err(|_| LedgerError::Internal("the ledger thread panicked"))??;
+    served?;
+    Ok(summary)
+}
+
+fn listen_until(
+    handle: ledger::LedgerHandle,
+    addr: SocketAddr,
+    opts: HttpOptions,
+    data: &Path,
+    shutdown: Arc<AtomicBool>,
+    on_listening: impl FnOnce(SocketAddr),
+) -> Result<(), LedgerError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("agentledger-http")
+        .build()
+        .map_err(|e| LedgerError::io("starting the async runtime", e))?;
+    let stopping = Arc::new(AtomicBool::new(false));
+    // The ledger thread ended on its own (it failed): stop serving too.
+    let ledger_ended = handle.ended.clone();
+    let state = http::AppState::new(handle, opts, stopping.clone());
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| LedgerError::io(format!("listening on {addr}"), e))?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| LedgerError::io("reading the bound address", e))?;
+        let file = addr_file(data);
+        let tmp = file.with_extension("addr.tmp");
+        std::fs::write(&tmp, format!("http://{bound}\n"))
+            .and_then(|_| std::fs::rename(&tmp, &file))
+            .map_err(|e| LedgerError::io(format!("writing {}", file.display()), e))?;
+        on_listening(bound);
+        let app = http::router(state);
+        let signal = {
+            let stopping = stopping.clone();
+            async move {
+                while !shutdown.load(Ordering::SeqCst) && !ledger_ended.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                stopping.store(true, Ordering::SeqCst);
+            }
+        };
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(signal)
+            .await
+            .map_err(|e| LedgerError::io("serving HTTP", e));
+        let _ = std::fs::remove_file(&file);
+        served
+    })?;
+    // Streams and sockets still open end on their own (they watch
+    // `stopping`); do not wait for them.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    Ok(())
+}

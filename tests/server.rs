@@ -1,0 +1,750 @@
+//! `serve --listen` with real clients on 127.0.0.1:0: the same scenario
+//! answers identically through `apply`, HTTP and WebSocket on both
+//! backends; status codes and limits; SSE that resumes with
+//! `Last-Event-ID`; the CLI through the server; SIGTERM and SIGKILL.
+
+mod common;
+
+use common::contract;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Server {
+    child: Child,
+    url: String,
+    stderr: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn base_args(data: &Path, kafka: Option<&(String, String)>) -> Vec<String> {
+    let mut a = vec!["--data".to_string(), data.display().to_string()];
+    if let Some((brokers, prefix)) = kafka {
+        a.extend([
+            "--kafka".into(),
+            brokers.clone(),
+            "--topic-prefix".into(),
+            prefix.clone(),
+        ]);
+    }
+    a
+}
+
+/// Start a server on any port and wait until it says where it listens.
+/// The child is killed and reaped when the returned `Server` is dropped.
+#[allow(clippy::zombie_processes)]
+fn start(data: &Path, kafka: Option<&(String, String)>, extra: &[&str]) -> Server {
+    let stderr = data.with_extension(format!("serve-{}.err", std::process::id()));
+    let mut c = Command::new(env!("CARGO_BIN_EXE_agentledger"));
+    c.args(base_args(data, kafka))
+        .args(["serve", "--poll-ms", "50", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap());
+    let mut child = c.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+        if let Some(url) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("agentledger: listening on "))
+        {
+            let url = url.trim().to_string();
+            assert_eq!(
+                std::fs::read_to_string(data.join("serve.addr"))
+                    .unwrap()
+                    .trim(),
+                url
+            );
+            return Server { child, url, stderr };
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve did not listen: {text}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn http() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+fn post(url: &str, body: &Value) -> (u16, Value) {
+    let r = http()
+        .post(format!("{url}/v1/ops"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, serde_json::from_str(&r.text().unwrap()).unwrap())
+}
+
+/// Every operation, refusals among them; later requests use earlier
+/// answers (the blob's URI).
+fn scenario(send: &mut dyn FnMut(Value) -> Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut go = |v: Value, out: &mut Vec<Value>| {
+        let a = send(v);
+        out.push(a.clone());
+        a
+    };
+    let ctx = |uri: &str| {
+        json!({"AgentID": "id-hotel", "AgentName": "hotel", "SubTaskID": "h1", "SubTaskName": "h1",
+            "Dependencies": [],
+            "ContextItems": [{"ContextID": "doc", "ContextType": "text", "MediaType": "text/plain",
+                "ContextURI": uri, "Description": "the doc", "Priority": "reference_only"}],
+            "todoItems": [{"itemID": "i1", "description": "do it"}],
+            "EvaluationPolicy": {"SuccessCriteria": [{"CriterionID": "c1", "Description": "ok", "Required": true}],
+                "ConfidenceThreshold": 0.8}})
+    };
+    for (agent, listens, emits) in [
+        (
+            "developer",
+            json!(["review.done"]),
+            json!([{"event":"code.ready","context":"change","artifacts":["patch"]}]),
+        ),
+        (
+            "reviewer",
+            json!(["code.ready"]),
+            json!([{"event":"review.done","context":"review","artifacts":["review"]}]),
+        ),
+    ] {
+        go(
+            json!({"op":"publish_agent","agent":agent,"scope":"acme/platform","listens":listens,"emits":emits}),
+            &mut out,
+        );
+    }
+    go(
+        json!({"op":"open_run","run":"r1","agent":"developer"}),
+        &mut out,
+    );
+    go(
+        json!({"op":"open_run","run":"r1","agent":"developer"}),
+        &mut out,
+    );
+    go(
+        json!({"op":"open_run","run":"r2","agent":"nobody"}),
+        &mut out,
+    );
+    go(
+        json!({"op":"close_run","run":"r1","status":"succeeded","summary":"s",
+        "artifacts":{"patch":"diff --git","bin":{"content_b64":"AAEC/w=="}}}),
+        &mut out,
+    );
+    let d = go(json!({"op":"dispatch"}), &mut out);
+    let listener = d["opened"][0]["run"].as_str().unwrap_or("none").to_string();
+    go(
+        json!({"op":"read_artifact","run":listener,"name":"patch"}),
+        &mut out,
+    );
+    go(
+        json!({"op":"read_artifact","run":listener,"name":"secret"}),
+        &mut out,
+    );
+    go(
+        json!({"op":"publish_agent","agent":"master","scope":"acme/travel"}),
+        &mut out,
+    );
+    go(
+        json!({"op":"open_run","run":"m1","agent":"master"}),
+        &mut out,
+    );
+    let task = json!({"TaskID":"T1","UserQuery":"q","TaskName":"n","TaskDescription":"d","GoalStatus":[],"OverallStatus":"open"});
+    go(
+        json!({"op":"open_task","task":"t1","run":"m1","task_context":task}),
+        &mut out,
+    );
+    let b = go(
+        json!({"op":"put_blob","task":"t1","content":"referenced document body","ttl_s":3600}),
+        &mut out,
+    );
+    let uri = b["uri"].as_str().unwrap_or("").to_string();
+    let c = ctx(&uri);
+    go(
+        json!({"op":"send_context","task":"t1","run":"m1","mode":"sync","agent_context":c}),
+        &mut out,
+    );
+    go(
+        json!({"op":"get_context","task":"t1","agent":"hotel"}),
+        &mut out,
+    );
+    go(
+        json!({"op":"get_blob","task":"t1","agent":"hotel","uri":uri}),
+        &mut out,
+    );
+    go(
+        json!({"op":"get_blob","task":"t1","agent":"flight","uri":uri}),
+        &mut out,
+    );
+    let mut done = c.clone();
+    done["ItemStateUpdates"] = json!([{"itemID": "i1", "state": 1}]);
+    done["KeyInformation"] = json!([{"itemID": "i1", "outputabstract": "done"}]);
+    done["EvaluationResult"] = json!({"Status": "passed", "Confidence": 0.9,
+        "CriterionResults": [{"CriterionID": "c1", "Status": "passed", "EvidenceRefs": [], "TraceRefs": []}]});
+    go(
+        json!({"op":"return_context","task":"t1","agent":"hotel","agent_context":done}),
+        &mut out,
+    );
+    go(
+        json!({"op":"evaluate","task":"t1","run":"m1","subtask":"h1","decision":"accepted","reason":"fine"}),
+        &mut out,
+    );
+    go(
+        json!({"op":"update_task","task":"t1","run":"m1","task_context":task}),
+        &mut out,
+    );
+    go(json!({"op":"nope"}), &mut out);
+    go(json!({"op":"open_run","run":"r3"}), &mut out);
+    out
+}
+
+/// The scenario through `apply` on a data dir of its own.
+fn through_apply(data: &Path, kafka: Option<&(String, String)>) -> Vec<Value> {
+    let mut send = |v: Value| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_agentledger"));
+        let mut child = c
+            .args(base_args(data, kafka))
+            .args(["apply", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), format!("{v}\n").as_bytes())
+            .unwrap();
+        drop(child.stdin.take());
+        let out = child.wait_with_output().unwrap();
+        let a: Value = serde_json::from_slice(&out.stdout).unwrap();
+        if let Some(op) = v["op"]
+            .as_str()
+            .filter(|op| agentledger::protocol::OPS.contains(op))
+        {
+            contract::check_reply(op, &a);
+        }
+        a
+    };
+    scenario(&mut send)
+}
+
+fn through_http(url: &str) -> Vec<Value> {
+    let mut send = |v: Value| {
+        let (status, a) = post(url, &v);
+        let expected = match a["error"]["code"].as_str() {
+            None => 200,
+            Some("malformed_json" | "invalid_request" | "unknown_op") => 400,
+            Some("run_exists") => 409,
+            Some(_) => 422,
+        };
+        assert_eq!(status, expected, "{v} → {a}");
+        a
+    };
+    scenario(&mut send)
+}
+
+fn through_ws(url: &str) -> Vec<Value> {
+    let ws_url = url.replace("http://", "ws://") + "/v1/ws";
+    let (mut ws, _) = tungstenite::connect(ws_url).unwrap();
+    let mut send = |v: Value| {
+        ws.send(tungstenite::Message::text(v.to_string())).unwrap();
+        loop {
+            if let tungstenite::Message::Text(t) = ws.read().unwrap() {
+                break serde_json::from_str(t.as_str()).unwrap();
+            }
+        }
+    };
+    scenario(&mut send)
+}
+
+fn kafka(test: &str) -> (String, String) {
+    let common::Backend::Kafka(k) = common::Backend::kafka(test) else {
+        unreachable!()
+    };
+    (k.brokers, k.topic_prefix)
+}
+
+/// Where a test's Kafka topics are, by name: brokers and topic prefix.
+type KafkaFor<'a> = Option<&'a dyn Fn(&str) -> (String, String)>;
+
+fn same_answers_on_every_transport(kafka_for: KafkaFor) {
+    let d = tempfile::tempdir().unwrap();
+    let k = |name: &str| kafka_for.map(|f| f(name));
+    let apply = through_apply(&d.path().join("apply"), k("apply").as_ref());
+    let k_http = k("http");
+    let s = start(&d.path().join("http"), k_http.as_ref(), &[]);
+    let http = through_http(&s.url);
+    drop(s);
+    let k_ws = k("ws");
+    let s = start(&d.path().join("ws"), k_ws.as_ref(), &[]);
+    let ws = through_ws(&s.url);
+    assert!(
+        apply.iter().filter(|a| a["ok"] == json!(true)).count() >= 15,
+        "{apply:?}"
+    );
+    for (i, a) in apply.iter().enumerate() {
+        assert_eq!(&http[i], a, "answer {i} over HTTP");
+        assert_eq!(&ws[i], a, "answer {i} over WebSocket");
+    }
+    assert_eq!(
+        (apply.len(), http.len(), ws.len()),
+        (apply.len(), apply.len(), apply.len())
+    );
+}
+
+#[test]
+fn one_scenario_answers_the_same_through_apply_http_and_websocket() {
+    same_answers_on_every_transport(None);
+}
+
+#[test]
+fn kafka_one_scenario_answers_the_same_through_apply_http_and_websocket() {
+    same_answers_on_every_transport(Some(&|name: &str| kafka(&format!("server_{name}"))));
+}
+
+#[test]
+fn status_codes_limits_and_ndjson_bodies() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(d.path(), None, &["--max-body-bytes", "2000"]);
+    let c = http();
+    let raw = |body: &str, ctype: &str| {
+        let r = c
+            .post(format!("{}/v1/ops", s.url))
+            .header("content-type", ctype)
+            .body(body.to_string())
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    let (st, body) = raw("{\"op\":", "application/json");
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("malformed_json"), "{body}");
+    let (st, body) = raw(
+        "{\"op\":\"open_run\",\"run\":\"r\",\"run\":\"x\",\"agent\":\"a\"}",
+        "application/json",
+    );
+    assert_eq!(
+        (st, body.contains("invalid_request")),
+        (400, true),
+        "{body}"
+    );
+    // Over the body limit: 413, nothing applied.
+    let big = format!(
+        "{{\"op\":\"publish_agent\",\"agent\":\"a\",\"scope\":\"s\",\"listens\":[\"{}\"]}}",
+        "x".repeat(3000)
+    );
+    let (st, body) = raw(&big, "application/json");
+    assert_eq!(st, 413, "{body}");
+    assert!(
+        body.contains("line_too_long") && body.contains("2000"),
+        "{body}"
+    );
+    // ndjson: one answer per line, in order, a bad line answered and skipped.
+    let lines = [
+        json!({"op":"publish_agent","agent":"developer","scope":"acme/platform"}).to_string(),
+        "not json".to_string(),
+        String::new(),
+        json!({"op":"open_run","run":"r1","agent":"developer"}).to_string(),
+        json!({"op":"open_run","run":"r1","agent":"developer"}).to_string(),
+    ];
+    let (st, body) = raw(&lines.join("\n"), "application/x-ndjson");
+    assert_eq!(st, 200);
+    let answers: Vec<Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let codes: Vec<&str> = answers
+        .iter()
+        .map(|a| a["error"]["code"].as_str().unwrap_or("ok"))
+        .collect();
+    assert_eq!(codes, ["ok", "malformed_json", "ok", "run_exists"]);
+    // One op preferring an event stream: one SSE event with the answer.
+    let r = c
+        .post(format!("{}/v1/ops", s.url))
+        .header("accept", "text/event-stream, application/json")
+        .body(json!({"op":"open_run","run":"r1","agent":"developer"}).to_string())
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 409);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let text = r.text().unwrap();
+    let data = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .expect("a data line");
+    let a: Value = serde_json::from_str(data).unwrap();
+    assert_eq!(a["error"]["code"], "run_exists");
+    // Reads, health and metrics.
+    let r = c.get(format!("{}/v1/runs/r1/trail", s.url)).send().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let steps: Vec<Value> = r
+        .text()
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(steps.len(), 1);
+    let r = c
+        .get(format!("{}/v1/runs/nope/chain", s.url))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 422);
+    assert_eq!(r.headers()["x-agentledger-exit"], "1");
+    let r = c
+        .get(format!("{}/v1/agents/developer", s.url))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        c.get(format!("{}/healthz", s.url))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c
+        .get(format!("{}/readyz", s.url))
+        .send()
+        .unwrap()
+        .status()
+        .as_u16()
+        != 200
+    {
+        assert!(Instant::now() < deadline, "never ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let m = c
+        .get(format!("{}/metrics", s.url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    for needle in [
+        "agentledger_operations_total{op=\"open_run\",outcome=\"ok\"} 1",
+        "agentledger_refusals_total{code=\"run_exists\"} 2",
+        "agentledger_refusals_total{code=\"malformed_json\"}",
+        "agentledger_operation_duration_seconds_bucket",
+        "agentledger_lag_records{kind=\"projector\",topic=\"ledger\"",
+    ] {
+        assert!(m.contains(needle), "{needle} missing from\n{m}");
+    }
+}
+
+/// Read SSE events from a response until `n` events or the stream ends.
+fn read_events(r: reqwest::blocking::Response, n: usize) -> Vec<(String, Value)> {
+    let mut reader = BufReader::new(r);
+    let mut events = Vec::new();
+    let (mut id, mut data) = (None, None);
+    let mut line = String::new();
+    while events.len() < n {
+        line.clear();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        let l = line.trim_end_matches(['\r', '\n']);
+        if let Some(v) = l.strip_prefix("id:") {
+            id = Some(v.trim().to_string());
+        } else if let Some(v) = l.strip_prefix("data:") {
+            data = Some(serde_json::from_str::<Value>(v.trim()).unwrap());
+        } else if l.is_empty() {
+            if let (Some(i), Some(d)) = (id.take(), data.take()) {
+                events.push((i, d));
+            }
+        }
+    }
+    events
+}
+
+#[test]
+fn sse_resumes_with_last_event_id_losing_and_repeating_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(d.path(), None, &[]);
+    post(
+        &s.url,
+        &json!({"op":"publish_agent","agent":"developer","scope":"acme/platform",
+        "emits":[{"event":"code.ready","context":"c","artifacts":["patch"]}]}),
+    );
+    let close = |i: usize| {
+        let run = format!("r{i}");
+        post(
+            &s.url,
+            &json!({"op":"open_run","run":run,"agent":"developer"}),
+        );
+        let (st, a) = post(
+            &s.url,
+            &json!({"op":"close_run","run":run,"status":"succeeded","artifacts":{"patch":"p"}}),
+        );
+        assert_eq!(st, 200, "{a}");
+    };
+    for i in 0..6 {
+        close(i);
+    }
+    let c = reqwest::blocking::Client::new();
+    let first = c
+        .get(format!("{}/v1/events?from=beginning", s.url))
+        .send()
+        .unwrap();
+    assert_eq!(first.headers()["content-type"], "text/event-stream");
+    let got = read_events(first, 4);
+    assert_eq!(got.len(), 4);
+    // The client goes away mid-stream; more events are published; it comes
+    // back with the last id it saw.
+    for i in 6..10 {
+        close(i);
+    }
+    let last = got.last().unwrap().0.clone();
+    let again = c
+        .get(format!("{}/v1/events", s.url))
+        .header("last-event-id", &last)
+        .send()
+        .unwrap();
+    let rest = read_events(again, 6);
+    let runs: Vec<String> = got
+        .iter()
+        .chain(&rest)
+        .map(|(_, e)| e["source_run"].as_str().unwrap().to_string())
+        .collect();
+    let mut sorted = runs.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 10, "every event exactly once: {runs:?}");
+    // In order within each partition: ids (cursors) only move forward.
+    let cursors: Vec<Vec<u64>> = got
+        .iter()
+        .chain(&rest)
+        .map(|(id, _)| id.split('.').map(|o| o.parse().unwrap()).collect())
+        .collect();
+    for w in cursors.windows(2) {
+        assert!(w[0].iter().zip(&w[1]).all(|(a, b)| a <= b), "{cursors:?}");
+        assert_ne!(w[0], w[1]);
+    }
+    // Filters: only the named event; a bad cursor is a 400.
+    let none = c
+        .get(format!(
+            "{}/v1/events?from=beginning&event=other.thing",
+            s.url
+        ))
+        .timeout(Duration::from_millis(800))
+        .send()
+        .unwrap();
+    let mut buf = String::new();
+    let _ = BufReader::new(none).read_to_string(&mut buf);
+    assert!(!buf.contains("data:"), "{buf}");
+    let bad = c
+        .get(format!("{}/v1/events?from=x.y", s.url))
+        .send()
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+}
+
+#[test]
+fn websocket_subscribe_streams_published_events_on_the_same_socket() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(d.path(), None, &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let url = s.url.replace("http://", "ws://") + "/v1/ws";
+    rt.block_on(async {
+        use tokio_tungstenite::tungstenite::Message;
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        let send = |v: Value| Message::text(v.to_string());
+        ws.send(send(
+            json!({"op":"subscribe","from":"beginning","event":"code.ready"}),
+        ))
+        .await
+        .unwrap();
+        ws.send(send(
+            json!({"op":"publish_agent","agent":"developer","scope":"acme/platform",
+            "emits":[{"event":"code.ready","context":"c","artifacts":["patch"]}]}),
+        ))
+        .await
+        .unwrap();
+        ws.send(send(
+            json!({"op":"open_run","run":"r1","agent":"developer"}),
+        ))
+        .await
+        .unwrap();
+        ws.send(send(
+            json!({"op":"close_run","run":"r1","status":"succeeded","artifacts":{"patch":"p"}}),
+        ))
+        .await
+        .unwrap();
+        let mut replies = Vec::new();
+        let mut published = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while (replies.len() < 4 || published.is_empty()) && Instant::now() < deadline {
+            let Ok(Some(Ok(Message::Text(t)))) =
+                tokio::time::timeout(Duration::from_secs(30), ws.next()).await
+            else {
+                continue;
+            };
+            let v: Value = serde_json::from_str(t.as_str()).unwrap();
+            if v.get("published").is_some() {
+                published.push(v);
+            } else {
+                replies.push(v);
+            }
+        }
+        assert_eq!(replies.len(), 4, "{replies:?}");
+        assert!(
+            replies.iter().all(|r| r["ok"] == json!(true)),
+            "{replies:?}"
+        );
+        assert_eq!(replies[0]["subscribed"], json!(true));
+        assert_eq!(published.len(), 1, "{published:?}");
+        assert_eq!(published[0]["published"]["source_run"], "r1");
+        assert!(published[0]["id"].as_str().is_some());
+    });
+}
+
+#[test]
+fn the_cli_goes_through_a_running_server_and_prints_the_same() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let s = start(&data, None, &[]);
+    let dir = data.to_str().unwrap();
+    let apply = |input: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agentledger"))
+            .args(["--data", dir, "apply", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), input.as_bytes()).unwrap();
+        drop(child.stdin.take());
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let (code, out, err) = apply(&[
+        json!({"op":"publish_agent","agent":"developer","scope":"acme/platform","emits":[{"event":"code.ready","context":"c","artifacts":["patch"]}]}).to_string(),
+        json!({"op":"open_run","run":"r1","agent":"developer"}).to_string(),
+        json!({"op":"close_run","run":"r1","status":"succeeded","artifacts":{"patch":"p"}}).to_string(),
+        json!({"op":"open_run","run":"r1","agent":"developer"}).to_string(),
+    ].join("\n"));
+    assert_eq!(code, 1, "one refusal: {out} {err}");
+    assert_eq!(out.lines().count(), 4, "{out}");
+    let questions: [&[&str]; 7] = [
+        &["trail", "r1"],
+        &["--json", "trail", "r1"],
+        &["chain", "r1"],
+        &["--json", "chain", "r1"],
+        &["agent", "developer"],
+        &["stats", "nope"],
+        &["trail", "nope"],
+    ];
+    let ask = |q: &[&str]| common::cli(&data, q);
+    let live: Vec<_> = questions.iter().map(|q| ask(q)).collect();
+    assert_eq!(live[0].0, 0, "{:?}", live[0]);
+    assert!(live[0].1.contains("closed succeeded"), "{:?}", live[0]);
+    assert_eq!(live[6].0, 1);
+    assert!(live[6].2.contains("unknown_run"), "{:?}", live[6]);
+    // Stop the server: the same questions on the data dir say the same.
+    let _ = Command::new("kill")
+        .args(["-TERM", &s.child.id().to_string()])
+        .status();
+    let mut s = s;
+    let status = s.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        !data.join("serve.addr").exists(),
+        "serve.addr is removed on a clean stop"
+    );
+    let text = std::fs::read_to_string(&s.stderr).unwrap();
+    assert!(text.contains("stopped cleanly"), "{text}");
+    for (q, before) in questions.iter().zip(&live) {
+        let after = ask(q);
+        // A dispatch step may have been added meanwhile; compare what both saw.
+        if q.contains(&"trail") && before.0 == 0 {
+            assert!(
+                after.1.starts_with(&before.1) || before.1.starts_with(&after.1),
+                "{q:?}: {before:?} vs {after:?}"
+            );
+        } else {
+            assert_eq!(&after, before, "{q:?}");
+        }
+    }
+}
+
+#[test]
+fn sigkill_under_concurrent_writers_loses_nothing_answered() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let s = start(&data, None, &[]);
+    post(
+        &s.url,
+        &json!({"op":"publish_agent","agent":"developer","scope":"acme/platform"}),
+    );
+    let url = s.url.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..64)
+        .map(|w| {
+            let url = url.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let c = reqwest::blocking::Client::builder()
+                    .timeout(Duration::from_secs(10))
+                    .build()
+                    .unwrap();
+                let mut answered = Vec::new();
+                for i in 0.. {
+                    if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        break;
+                    }
+                    let run = format!("w{w}-{i}");
+                    let r = c
+                        .post(format!("{url}/v1/ops"))
+                        .body(json!({"op":"open_run","run":run,"agent":"developer"}).to_string())
+                        .send()
+                        .and_then(|r| r.text());
+                    match r {
+                        Ok(t) if t.contains("\"ok\":true") => answered.push(run),
+                        _ => break,
+                    }
+                }
+                answered
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut s = s;
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let answered: Vec<String> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    assert!(
+        answered.len() >= 64,
+        "only {} operations answered",
+        answered.len()
+    );
+    // After the kill: every answered run is in the ledger.
+    let (code, out, err) = common::cli(&data, &["--json", "status"]);
+    assert_eq!(code, 0, "{out} {err}");
+    let l = common::Ledger::open(&data);
+    for run in &answered {
+        assert!(
+            l.engine.views().run(run).unwrap().is_some(),
+            "{run} was answered ok but is not in the ledger after SIGKILL"
+        );
+    }
+}
