@@ -751,7 +751,8 @@ fn sigkill_under_concurrent_writers_loses_nothing_answered() {
 
 #[test]
 fn the_readmes_curl_lines_work_as_written() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let lines: Vec<&str> = readme
         .lines()
         .filter(|l| l.starts_with("curl ") && l.contains("localhost:8700"))
@@ -762,15 +763,26 @@ fn the_readmes_curl_lines_work_as_written() {
     let host = s.url.trim_start_matches("http://").to_string();
     for line in lines {
         // Without the comment; a follow (-N) is cut after a moment.
-        let cmd = line.split(" # ").next().unwrap().replace("localhost:8700", &host);
+        let cmd = line
+            .split(" # ")
+            .next()
+            .unwrap()
+            .replace("localhost:8700", &host);
         let follow = cmd.contains("-sN");
-        let cmd = if follow { format!("{cmd} --max-time 2") } else { cmd };
+        let cmd = if follow {
+            format!("{cmd} --max-time 2")
+        } else {
+            cmd
+        };
         let out = Command::new("bash").args(["-c", &cmd]).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         if follow {
             // curl exits 28 when --max-time cuts the stream.
             assert_eq!(out.status.code(), Some(28), "{cmd}: {text}");
-            assert!(text.contains("event: published") && text.contains("\"source_run\":\"r1\""), "{cmd}: {text}");
+            assert!(
+                text.contains("event: published") && text.contains("\"source_run\":\"r1\""),
+                "{cmd}: {text}"
+            );
             continue;
         }
         assert!(out.status.success(), "{cmd}: {:?}", out);

@@ -48,6 +48,7 @@ pub fn serve(cli: &Cli, opts: &ServeOptions, shutdown: Arc<AtomicBool>) -> Resul
         poll: opts.poll,
         gc_interval: opts.gc_interval,
         gc_grace: opts.gc_grace,
+        say: Arc::new(|what: &str| eprintln!("agentledger: {what}")),
     };
     let where_ = match &cli.kafka {
         Some(k) => format!("the ledger on Kafka at {k}"),

@@ -110,6 +110,11 @@ impl Engine {
             }
         };
         // Only the partitions this call wrote can have reached an interval.
+        // Inside a group the records are not readable yet: checkpoints wait
+        // for the group's end.
+        if self.grouping {
+            return Ok(positions);
+        }
         if let Err(e) = self.checkpoint_partitions(false, &touched) {
             self.follow_up_failed(format!(
                 "the operation's records are in the log, but writing a due checkpoint failed \
@@ -117,6 +122,32 @@ impl Engine {
             ));
         }
         Ok(positions)
+    }
+
+    /// Group commit: the operations decided until [`Engine::end_group`]
+    /// are appended as they are decided, each seeing the ones before it in
+    /// the views, and made durable together by one sync per partition
+    /// written. Nothing decided in a group may be answered before
+    /// `end_group` returns ok. Only operations may run inside a group:
+    /// reads of the log (trails, exports) see only what is durable.
+    pub fn begin_group(&mut self) {
+        self.grouping = true;
+        self.log.begin_group();
+    }
+
+    /// Make the group durable; then write the checkpoints it made due. An
+    /// error means no operation of the group may be answered ok (their
+    /// records may or may not be in the log; the views are set straight
+    /// from the log when the engine is next opened).
+    pub fn end_group(&mut self) -> Result<()> {
+        self.grouping = false;
+        self.log.end_group()?;
+        if let Err(e) = self.checkpoint(false) {
+            tracing::warn!(
+                "writing due checkpoints after a group (retried by the next operation and by `serve`): {e}"
+            );
+        }
+        Ok(())
     }
 
     /// A follow-up of a durable operation failed: keep it for the answer.

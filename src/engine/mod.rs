@@ -52,6 +52,8 @@ pub struct Engine {
     attestation: crate::audit::attest::Attestation,
     /// Follow-ups of durable operations that failed (see `commit`).
     follow_ups: Vec<String>,
+    /// Inside a commit group (see `Engine::begin_group`).
+    grouping: bool,
     _lock: Option<File>,
 }
 
@@ -115,6 +117,7 @@ impl Engine {
             caught_up_at: None,
             attestation: Default::default(),
             follow_ups: Vec::new(),
+            grouping: false,
             _lock: None,
         }
     }

@@ -71,11 +71,19 @@ struct Partition {
     synced: Mutex<u64>,
     synced_cv: Condvar,
     roll_bytes: u64,
+    /// The log's count of fdatasync calls (see `Log::syncs`).
+    syncs: Arc<std::sync::atomic::AtomicU64>,
 }
 
 pub struct EmbeddedLog {
     dir: PathBuf,
     topics: BTreeMap<Topic, Vec<Partition>>,
+    /// Inside a group (`Log::begin_group`): appends are written but made
+    /// durable — and visible — only by `end_group`, with one fdatasync per
+    /// partition written for the whole group.
+    grouping: std::sync::atomic::AtomicBool,
+    /// fdatasync calls made for appends, shared with every partition.
+    syncs: Arc<std::sync::atomic::AtomicU64>,
     /// Torn tails a read-only open found and left in place.
     torn: Vec<TornTail>,
 }
@@ -373,6 +381,7 @@ impl Partition {
                     next_offset,
                 }),
                 roll_bytes,
+                syncs: Default::default(),
             },
             left_torn,
         ))
@@ -391,10 +400,11 @@ impl Partition {
                 next_offset: 0,
             }),
             roll_bytes,
+            syncs: Default::default(),
         }
     }
 
-    fn append(&self, frames: &[(Vec<u8>, Vec<u8>)]) -> Result<Vec<u64>, LogError> {
+    fn append(&self, frames: &[(Vec<u8>, Vec<u8>)], sync: bool) -> Result<Vec<u64>, LogError> {
         if self.read_only {
             return Err(LogError::ReadOnly(self.label.clone()));
         }
@@ -456,8 +466,23 @@ impl Partition {
             let offsets: Vec<u64> = (first..st.next_offset).collect();
             (offsets, st.next_offset, file)
         };
-        self.sync_through(my_end, &file)?;
+        if sync {
+            self.sync_through(my_end, &file)?;
+        }
         Ok(offsets)
+    }
+
+    /// Make everything written so far durable and visible (the end of a
+    /// group).
+    fn sync_written(&self) -> Result<(), LogError> {
+        let (written, file) = {
+            let st = self.state.lock().map_err(|_| poisoned(&self.label))?;
+            (st.next_offset, st.segments.last().map(|s| s.file.clone()))
+        };
+        match file {
+            Some(file) if self.visible_end()? < written => self.sync_through(written, &file),
+            _ => Ok(()),
+        }
     }
 
     /// Group commit: whoever holds the lock syncs everything written so far.
@@ -472,6 +497,8 @@ impl Partition {
         };
         file.sync_data()
             .map_err(|e| LogError::io(format!("fsync {}", self.label), e))?;
+        self.syncs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // A roll since our write sealed (and synced) our segment; what was
         // written after it is in the active one.
         if let Some(active) = active.filter(|a| !Arc::ptr_eq(a, file)) {
@@ -677,6 +704,7 @@ impl EmbeddedLog {
         }
         let mut torn = Vec::new();
         let mut topics = BTreeMap::new();
+        let syncs: Arc<std::sync::atomic::AtomicU64> = Default::default();
         for topic in Topic::ALL {
             let tdir = dir.join(format!("{}{}", config.topic_prefix, topic.name()));
             let existing: Vec<u32> = match fs::read_dir(&tdir) {
@@ -702,6 +730,8 @@ impl EmbeddedLog {
                     config.segment_roll_bytes,
                     access,
                 )?;
+                let mut part = part;
+                part.syncs = syncs.clone();
                 parts.push(part);
                 torn.extend(tail);
             }
@@ -710,7 +740,13 @@ impl EmbeddedLog {
         if access == Access::Write {
             sync_dir(&dir)?;
         }
-        Ok(Self { dir, topics, torn })
+        Ok(Self {
+            dir,
+            topics,
+            torn,
+            grouping: Default::default(),
+            syncs,
+        })
     }
 
     fn partition(&self, topic: Topic, partition: u32) -> Result<&Partition, LogError> {
@@ -724,6 +760,26 @@ impl EmbeddedLog {
 impl Log for EmbeddedLog {
     fn partitions(&self, topic: Topic) -> u32 {
         self.topics.get(&topic).map(|p| p.len() as u32).unwrap_or(0)
+    }
+
+    fn begin_group(&self) {
+        self.grouping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn syncs(&self) -> u64 {
+        self.syncs.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn end_group(&self) -> Result<(), LogError> {
+        self.grouping
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        for parts in self.topics.values() {
+            for p in parts {
+                p.sync_written()?;
+            }
+        }
+        Ok(())
     }
 
     fn append(
@@ -741,7 +797,8 @@ impl Log for EmbeddedLog {
         for (p, idxs) in by_part {
             let frames: Vec<(Vec<u8>, Vec<u8>)> =
                 idxs.iter().map(|&i| records[i].clone()).collect();
-            let offsets = self.partition(topic, p)?.append(&frames)?;
+            let grouping = self.grouping.load(std::sync::atomic::Ordering::SeqCst);
+            let offsets = self.partition(topic, p)?.append(&frames, !grouping)?;
             for (i, off) in idxs.into_iter().zip(offsets) {
                 out[i] = (p, off);
             }

@@ -127,6 +127,27 @@ pub trait Log: Send + Sync {
         records: &[(Vec<u8>, Vec<u8>)],
     ) -> Result<Vec<(u32, u64)>, LogError>;
 
+    /// Start a group of appends made durable together: until
+    /// [`Log::end_group`], an append may return before its records are
+    /// durable, and they are neither visible to readers nor to be taken as
+    /// written. The engine decides a group's operations in order, each
+    /// seeing the ones before it in its views, and answers them only after
+    /// `end_group` (group commit: one sync for many operations). Backends
+    /// that make every append durable on its own ignore groups.
+    fn begin_group(&self) {}
+
+    /// Make every append since [`Log::begin_group`] durable and visible. An
+    /// error means none of the group may be taken as written.
+    fn end_group(&self) -> Result<(), LogError> {
+        Ok(())
+    }
+
+    /// How many syncs to stable storage appends have cost so far (the
+    /// embedded log's fdatasync calls; 0 where the backend does not count).
+    fn syncs(&self) -> u64 {
+        0
+    }
+
     /// The partition `append` places a record with this key in.
     fn partition_of(&self, topic: Topic, key: &[u8]) -> u32 {
         partition_for_key(key, self.partitions(topic))

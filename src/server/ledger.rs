@@ -19,8 +19,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// How the serve loop paces itself.
-#[derive(Debug, Clone)]
+/// Where the serve loop tells the operator what changed (which ledger
+/// partitions it dispatches): the CLI prints it on stderr.
+pub type Say = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// How the serve loop paces itself, and whom it tells.
+#[derive(Clone)]
 pub struct LoopOptions {
     /// Consumer group of the instances serving one ledger (Kafka).
     pub group: String,
@@ -28,6 +32,7 @@ pub struct LoopOptions {
     pub poll: Duration,
     pub gc_interval: Duration,
     pub gc_grace: Duration,
+    pub say: Say,
 }
 
 /// One request line as the transport received it: parsed JSON, or the
@@ -178,7 +183,7 @@ fn serve_loop(
         if stop.load(Ordering::SeqCst) {
             // Answer what was sent before the stop, then end.
             while let Ok(job) = rx.try_recv() {
-                run_job(&mut engine, job, metrics, &mut summary);
+                run_jobs(&mut engine, job, &rx, metrics, &mut summary)?;
             }
             break;
         }
@@ -191,7 +196,7 @@ fn serve_loop(
         };
         match rx.recv_timeout(wait) {
             Ok(job) => {
-                run_job(&mut engine, job, metrics, &mut summary);
+                run_jobs(&mut engine, job, &rx, metrics, &mut summary)?;
                 if last_step.is_some_and(|t| t.elapsed() < opts.poll) {
                     continue;
                 }
@@ -201,10 +206,10 @@ fn serve_loop(
         }
         let owned = member.owned()?;
         if owned_before.as_ref() != Some(&owned) {
-            tracing::info!(
+            (opts.say)(&format!(
                 "dispatching ledger partitions {:?}",
                 owned.iter().collect::<Vec<_>>()
-            );
+            ));
             owned_before = Some(owned.clone());
         }
         engine.catch_up(&|_| {})?;
@@ -245,43 +250,117 @@ fn serve_loop(
     Ok(summary)
 }
 
-fn run_job(engine: &mut Engine, job: Job, metrics: &Metrics, summary: &mut Summary) {
-    match job {
-        Job::Ops { lines, reply } => {
-            let mut replies = Vec::with_capacity(lines.len());
-            let mut stopped: Option<String> = None;
-            for line in lines {
-                let started = Instant::now();
-                let (answer, op) = match (line, &stopped) {
-                    (_, Some(why)) => (
-                        Reply::Failed(Failure::new(
-                            Code::LogError,
-                            format!(
-                                "not applied: an earlier operation of this request failed: {why}"
-                            ),
-                        )),
-                        None,
-                    ),
-                    (Err(failure), None) => (Reply::Failed(failure), None),
-                    (Ok(v), None) => {
-                        let op = v["op"].as_str().map(str::to_string);
-                        let (answer, machine) = protocol::reply(engine, &v);
-                        if machine {
-                            if let Reply::Failed(f) = &answer {
-                                stopped = Some(f.error.message.clone());
-                            }
-                        }
-                        (answer, op)
+/// Most request lines decided in one commit group.
+const MAX_GROUP_LINES: usize = 4096;
+
+/// Run `first` and, when it carries operations, every operation job
+/// already waiting behind it as one commit group: decided in order, made
+/// durable together, answered after. A question waiting among them runs
+/// after the group (it may read the log, which shows only what is
+/// durable).
+fn run_jobs(
+    engine: &mut Engine,
+    first: Job,
+    rx: &mpsc::Receiver<Job>,
+    metrics: &Metrics,
+    summary: &mut Summary,
+) -> Result<(), LedgerError> {
+    let mut group = Vec::new();
+    let mut after = None;
+    let mut lines = 0;
+    match first {
+        Job::Call(f) => after = Some(f),
+        Job::Ops { lines: l, reply } => {
+            lines += l.len();
+            group.push((l, reply));
+            while lines < MAX_GROUP_LINES {
+                match rx.try_recv() {
+                    Ok(Job::Ops { lines: l, reply }) => {
+                        lines += l.len();
+                        group.push((l, reply));
                     }
+                    Ok(Job::Call(f)) => {
+                        after = Some(f);
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+    if !group.is_empty() {
+        run_group(engine, group, metrics, summary)?;
+    }
+    if let Some(f) = after {
+        f(engine);
+    }
+    Ok(())
+}
+
+type OpsJob = (Vec<Line>, oneshot::Sender<Vec<Reply>>);
+/// A job's replies before the group is durable, each with its op (for the
+/// metrics), and where to send them.
+type Held = (Vec<(Reply, Option<String>)>, oneshot::Sender<Vec<Reply>>);
+
+fn run_group(
+    engine: &mut Engine,
+    group: Vec<OpsJob>,
+    metrics: &Metrics,
+    summary: &mut Summary,
+) -> Result<(), LedgerError> {
+    let started = Instant::now();
+    let mut stopped: Option<String> = None;
+    let mut answered: Vec<Held> = Vec::with_capacity(group.len());
+    engine.begin_group();
+    for (lines, reply) in group {
+        let mut replies = Vec::with_capacity(lines.len());
+        for line in lines {
+            let (answer, op) = match (line, &stopped) {
+                (_, Some(why)) => (
+                    Reply::Failed(Failure::new(
+                        Code::LogError,
+                        format!("not applied: an earlier operation failed: {why}"),
+                    )),
+                    None,
+                ),
+                (Err(failure), None) => (Reply::Failed(failure), None),
+                (Ok(v), None) => {
+                    let op = v["op"].as_str().map(str::to_string);
+                    let (answer, machine) = protocol::reply(engine, &v);
+                    if machine {
+                        if let Reply::Failed(f) = &answer {
+                            stopped = Some(f.error.message.clone());
+                        }
+                    }
+                    (answer, op)
+                }
+            };
+            replies.push((answer, op));
+        }
+        answered.push((replies, reply));
+    }
+    let durable = engine.end_group();
+    let took = started.elapsed();
+    for (replies, reply) in answered {
+        let replies: Vec<Reply> = replies
+            .into_iter()
+            .map(|(answer, op)| {
+                let answer = match (&durable, answer) {
+                    (Err(e), Reply::Done(_)) => Reply::Failed(Failure::new(
+                        Code::LogError,
+                        format!("the operation's records could not be made durable: {e}"),
+                    )),
+                    (_, a) => a,
                 };
                 summary.ops += 1;
-                metrics.answered(op.as_deref(), &answer, started.elapsed());
-                replies.push(answer);
-            }
-            // The caller may have gone (timeout, disconnect): the
-            // operations happened regardless, as with `apply`.
-            let _ = reply.send(replies);
-        }
-        Job::Call(f) => f(engine),
+                metrics.answered(op.as_deref(), &answer, took);
+                answer
+            })
+            .collect();
+        // The caller may have gone (timeout, disconnect): the operations
+        // happened regardless, as with `apply`.
+        let _ = reply.send(replies);
     }
+    // A log that cannot sync cannot be trusted with more: stop serving.
+    durable
 }

@@ -28,6 +28,8 @@ pub struct Metrics {
     latency: Family<Labels, Histogram>,
     http: Family<Labels, Counter>,
     lag: Family<Labels, Gauge>,
+    log_syncs: Counter,
+    log_syncs_seen: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Metrics {
@@ -51,6 +53,12 @@ impl Metrics {
         });
         let http = Family::<Labels, Counter>::default();
         let lag = Family::<Labels, Gauge>::default();
+        let log_syncs = Counter::default();
+        registry.register(
+            "log_syncs",
+            "Syncs to stable storage the log's appends cost (embedded log)",
+            log_syncs.clone(),
+        );
         registry.register(
             "operations",
             "Operations answered, by op and outcome (ok, refused, failed)",
@@ -107,6 +115,8 @@ impl Metrics {
             latency,
             http,
             lag,
+            log_syncs,
+            log_syncs_seen: Default::default(),
         }
     }
 
@@ -178,6 +188,11 @@ impl Metrics {
     /// Read the lags from the engine (on the ledger thread).
     pub fn observe_lags(&self, engine: &Engine) {
         let log = engine.log();
+        let syncs = log.syncs();
+        let seen = self
+            .log_syncs_seen
+            .swap(syncs, std::sync::atomic::Ordering::Relaxed);
+        self.log_syncs.inc_by(syncs.saturating_sub(seen));
         let views = engine.views();
         for topic in [Topic::Ledger, Topic::Registry] {
             for p in 0..log.partitions(topic) {

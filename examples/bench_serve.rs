@@ -1,0 +1,162 @@
+//! Throughput and latency of `serve --listen` on the embedded log, beside
+//! the same-run baseline: a raw loop of 400-byte appends, each followed by
+//! fdatasync, on the same disk (what one durable operation at a time can
+//! do at best). 1, 8 and 64 concurrent HTTP clients each open and close
+//! runs (`open_run` then `close_run`, two operations) for SECONDS; prints
+//! operations/s, p50/p99 latency and the ratio to the raw rate.
+//! Run through `tools/bench-serve [SECONDS=5]`.
+
+use agentledger::engine::{Engine, EngineOptions};
+use agentledger::server::{self, HttpOptions, LoopOptions};
+use serde_json::json;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Raw appends of 400-byte records, each made durable with fdatasync.
+fn raw_sync_rate(dir: &std::path::Path, secs: f64) -> f64 {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("raw.bin"))
+        .unwrap();
+    let record = [7u8; 400];
+    let t = Instant::now();
+    let mut n = 0u64;
+    while t.elapsed().as_secs_f64() < secs {
+        f.write_all(&record).unwrap();
+        f.sync_data().unwrap();
+        n += 1;
+    }
+    n as f64 / t.elapsed().as_secs_f64()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// `clients` threads opening and closing runs for `secs`: (ops/s, latencies ms).
+fn load(url: &str, clients: usize, secs: f64, tag: &str) -> (f64, Vec<f64>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..clients)
+        .map(|c| {
+            let url = url.to_string();
+            let stop = stop.clone();
+            let tag = tag.to_string();
+            std::thread::spawn(move || {
+                let http = reqwest::blocking::Client::new();
+                let mut lat = Vec::new();
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let run = format!("{tag}-{c}-{i}");
+                    i += 1;
+                    for op in [
+                        json!({"op":"open_run","run":run,"agent":"developer"}),
+                        json!({"op":"close_run","run":run,"status":"succeeded","artifacts":{"patch":"diff"}}),
+                    ] {
+                        let t = Instant::now();
+                        let r = http
+                            .post(format!("{url}/v1/ops"))
+                            .body(op.to_string())
+                            .send()
+                            .unwrap();
+                        assert!(r.status().is_success(), "{op}: {:?}", r.text());
+                        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+                    }
+                }
+                lat
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Ordering::Relaxed);
+    let mut lat: Vec<f64> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    let rate = lat.len() as f64 / started.elapsed().as_secs_f64();
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (rate, lat)
+}
+
+fn main() {
+    let secs: f64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5.0);
+    let dir = tempfile_dir();
+    let raw = raw_sync_rate(&dir, secs);
+    println!("raw append+fdatasync (400 B): {raw:.0} records/s");
+
+    let data = dir.join("data");
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let server = {
+        let data = data.clone();
+        let shutdown = shutdown.clone();
+        std::thread::spawn(move || {
+            let open_dir = data.clone();
+            server::run(
+                move || Engine::open_embedded(&open_dir, EngineOptions::default()),
+                LoopOptions {
+                    group: "bench".into(),
+                    poll: Duration::from_millis(200),
+                    gc_interval: Duration::from_secs(3600),
+                    gc_grace: Duration::from_secs(600),
+                    say: Arc::new(|_: &str| {}),
+                },
+                Some(("127.0.0.1:0".parse().unwrap(), HttpOptions::default())),
+                &data,
+                shutdown,
+                move |addr| tx.send(addr).unwrap(),
+            )
+            .unwrap()
+        })
+    };
+    let url = format!("http://{}", rx.recv().unwrap());
+    let http = reqwest::blocking::Client::new();
+    let publish = json!({"op":"publish_agent","agent":"developer","scope":"acme/platform",
+        "emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]});
+    assert!(http
+        .post(format!("{url}/v1/ops"))
+        .body(publish.to_string())
+        .send()
+        .unwrap()
+        .status()
+        .is_success());
+    println!(
+        "{:>8} {:>10} {:>9} {:>9} {:>14}",
+        "clients", "ops/s", "p50 ms", "p99 ms", "ratio to raw"
+    );
+    for clients in [1usize, 8, 64] {
+        let (rate, lat) = load(&url, clients, secs, &format!("c{clients}"));
+        println!(
+            "{clients:>8} {rate:>10.0} {:>9.2} {:>9.2} {:>14.2}",
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99),
+            rate / raw
+        );
+    }
+    shutdown.store(true, Ordering::SeqCst);
+    let summary = server.join().unwrap();
+    println!("server answered {} operations", summary.ops);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A scratch directory beside the build (same disk as the data dir).
+fn tempfile_dir() -> std::path::PathBuf {
+    let d = std::env::current_dir()
+        .unwrap()
+        .join("target")
+        .join(format!("bench-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
