@@ -6,8 +6,18 @@
 
 use crate::codes::Code;
 
-/// Longest `apply` line (and, later, request body), without its line end.
+/// Longest `apply` line (and request body over HTTP, and WebSocket
+/// message), without its line end.
 pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Operations in one ndjson request body (refused `limit_exceeded`, HTTP
+/// 413, nothing applied): answers are held until the body's group is
+/// durable, so their number is bounded, not only the body's bytes.
+pub const MAX_OPS_PER_BODY: usize = 4096;
+
+/// Event streams (SSE and subscribed WebSockets) one server follows at
+/// once; more are answered `overloaded` (HTTP 503).
+pub const MAX_STREAMS: usize = 1024;
 
 /// Largest record the log takes (refused `too_large`).
 pub use crate::codec::MAX_RECORD_BYTES;

@@ -793,3 +793,100 @@ fn the_readmes_curl_lines_work_as_written() {
         assert!(!text.trim().is_empty(), "{cmd} printed nothing");
     }
 }
+
+#[test]
+fn past_its_limits_the_server_says_so_and_applies_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(
+        d.path(),
+        None,
+        &["--max-in-flight", "1", "--max-streams", "1"],
+    );
+    let c = http();
+    // Too many operations in one body: 413, nothing applied.
+    let many: Vec<String> = (0..=agentledger::limits::MAX_OPS_PER_BODY)
+        .map(|i| json!({"op":"publish_agent","agent":format!("a{i}"),"scope":"acme/x"}).to_string())
+        .collect();
+    let r = c
+        .post(format!("{}/v1/ops", s.url))
+        .header("content-type", "application/x-ndjson")
+        .body(many.join("\n"))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    assert!(r.text().unwrap().contains("limit_exceeded"));
+    let r = c.get(format!("{}/v1/agents/a0", s.url)).send().unwrap();
+    assert_eq!(
+        r.status().as_u16(),
+        422,
+        "nothing of the refused body was applied"
+    );
+
+    // One event stream at a time: the second is 503 until the first goes.
+    let first = c
+        .get(format!("{}/v1/events?from=beginning", s.url))
+        .send()
+        .unwrap();
+    assert_eq!(first.status().as_u16(), 200);
+    let second = c.get(format!("{}/v1/events", s.url)).send().unwrap();
+    assert_eq!(second.status().as_u16(), 503);
+    assert_eq!(second.headers()["retry-after"], "1");
+    assert!(second.text().unwrap().contains("overloaded"));
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let again = c
+            .get(format!("{}/v1/events", s.url))
+            .timeout(Duration::from_millis(500))
+            .send();
+        if again.is_ok_and(|r| r.status().as_u16() == 200) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stream's slot was never freed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // One request at a time: while a long body is answered, another
+    // request is turned away with 503 and Retry-After.
+    let long: Vec<String> = (0..agentledger::limits::MAX_OPS_PER_BODY)
+        .map(|i| json!({"op":"publish_agent","agent":format!("b{i}"),"scope":"acme/x"}).to_string())
+        .collect();
+    let url = s.url.clone();
+    let busy = std::thread::spawn(move || loop {
+        // It may itself be turned away while the probe below holds the
+        // one slot: retry as a client told Retry-After would.
+        let status = http()
+            .post(format!("{url}/v1/ops"))
+            .header("content-type", "application/x-ndjson")
+            .body(long.join("\n"))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16();
+        if status != 503 {
+            break status;
+        }
+    });
+    let mut turned_away = false;
+    while !busy.is_finished() {
+        let r = c
+            .post(format!("{}/v1/ops", s.url))
+            .body(json!({"op":"dispatch"}).to_string())
+            .send()
+            .unwrap();
+        if r.status().as_u16() == 503 {
+            assert_eq!(r.headers()["retry-after"], "1");
+            assert!(r.text().unwrap().contains("overloaded"));
+            turned_away = true;
+            break;
+        }
+    }
+    assert_eq!(busy.join().unwrap(), 200);
+    assert!(
+        turned_away,
+        "no request was turned away while one was answered"
+    );
+}

@@ -167,6 +167,10 @@ pub enum Command {
         /// Largest request body and WebSocket message, in bytes.
         #[arg(long, default_value_t = MAX_LINE_BYTES)]
         max_body_bytes: usize,
+        /// Event streams (SSE, subscribed WebSockets) followed at once;
+        /// more get 503.
+        #[arg(long, default_value_t = agentledger::limits::MAX_STREAMS)]
+        max_streams: usize,
     },
     /// Follow the agent events actually published, as JSON lines.
     Subscribe {
@@ -427,6 +431,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             request_timeout_ms,
             max_in_flight,
             max_body_bytes,
+            max_streams,
         } => serve::serve(
             &cli,
             &serve::ServeOptions {
@@ -439,6 +444,7 @@ fn run_command(cli: Cli) -> Result<i32> {
                     max_body: *max_body_bytes,
                     timeout: std::time::Duration::from_millis(*request_timeout_ms),
                     max_in_flight: *max_in_flight,
+                    max_streams: *max_streams,
                 },
             },
             serve::shutdown_flag(),

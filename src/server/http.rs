@@ -37,6 +37,9 @@ pub struct HttpOptions {
     /// Requests answered at once; past it `503 overloaded` with
     /// `Retry-After`.
     pub max_in_flight: usize,
+    /// Event streams (SSE, subscribed sockets) followed at once; past it
+    /// `503 overloaded`.
+    pub max_streams: usize,
 }
 
 impl Default for HttpOptions {
@@ -45,6 +48,7 @@ impl Default for HttpOptions {
             max_body: crate::limits::MAX_LINE_BYTES,
             timeout: Duration::from_secs(30),
             max_in_flight: 256,
+            max_streams: crate::limits::MAX_STREAMS,
         }
     }
 }
@@ -56,6 +60,8 @@ pub struct AppState {
     opts: Arc<HttpOptions>,
     /// Set when the server shuts down: streams end, sockets close.
     stopping: Arc<AtomicBool>,
+    /// Event streams followed at once.
+    streams: Arc<Semaphore>,
 }
 
 impl AppState {
@@ -63,6 +69,7 @@ impl AppState {
         AppState {
             ledger,
             slots: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
+            streams: Arc::new(Semaphore::new(opts.max_streams.max(1))),
             opts: Arc::new(opts),
             stopping,
         }
@@ -132,6 +139,12 @@ fn failure_response(f: Failure) -> Response {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
+    r
+}
+
+fn with_status(status: StatusCode, f: Failure) -> Response {
+    let mut r = failure_response(f);
+    *r.status_mut() = status;
     r
 }
 
@@ -230,6 +243,17 @@ async fn ops_inner(
     } else {
         vec![parse_line(&body)]
     };
+    if lines.len() > crate::limits::MAX_OPS_PER_BODY {
+        // A request too large in operations rather than bytes: 413 all the same.
+        return with_status(StatusCode::PAYLOAD_TOO_LARGE, Failure::new(
+            Code::LimitExceeded,
+            format!(
+                "the body holds {} operations; at most {} are answered per request (nothing was applied)",
+                lines.len(),
+                crate::limits::MAX_OPS_PER_BODY
+            ),
+        ));
+    }
     let replies = match tokio::time::timeout(s.opts.timeout, s.ledger.ops(lines)).await {
         Ok(Ok(r)) => r,
         Ok(Err(Gone)) => return gone(),
@@ -429,16 +453,19 @@ fn start_cursor(
 }
 
 /// Follow published events from `cursor` until the server stops or the
-/// receiver is dropped.
+/// receiver is dropped; `None` when the server follows as many streams as
+/// it will.
 fn follow(
     s: &AppState,
     mut cursor: Cursor,
     filter: Filter,
-) -> tokio::sync::mpsc::Receiver<events::Published> {
+) -> Option<tokio::sync::mpsc::Receiver<events::Published>> {
+    let slot = s.streams.clone().try_acquire_owned().ok()?;
     let (tx, rx) = tokio::sync::mpsc::channel(256);
     let log = s.ledger.log.clone();
     let stopping = s.stopping.clone();
     tokio::spawn(async move {
+        let _slot = slot;
         while !stopping.load(Ordering::SeqCst) && !tx.is_closed() {
             let (l, f, mut c) = (log.clone(), filter.clone(), cursor.clone());
             let read = tokio::task::spawn_blocking(move || {
@@ -463,7 +490,14 @@ fn follow(
             }
         }
     });
-    rx
+    Some(rx)
+}
+
+fn too_many_streams(max: usize) -> Failure {
+    Failure::new(
+        Code::Overloaded,
+        format!("the server follows {max} event streams already; retry shortly"),
+    )
 }
 
 async fn sse_events(
@@ -490,7 +524,9 @@ async fn sse_events(
         event: p.event,
     };
     s.ledger.metrics.http("/v1/events", 200);
-    let rx = follow(&s, cursor, filter);
+    let Some(rx) = follow(&s, cursor, filter) else {
+        return failure_response(too_many_streams(s.opts.max_streams));
+    };
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         let e = rx.recv().await?;
         let event = Event::default().id(e.id).event("published").data(e.json);
@@ -569,7 +605,18 @@ async fn ws_session(s: AppState, socket: WebSocket) {
                         if let Some(old) = subscription.take() {
                             old.abort();
                         }
-                        let ack = serde_json::json!({"ok": true, "subscribed": true, "from": cursor.id()});
+                        let from = cursor.id();
+                        let Some(mut events) = follow(&s, cursor, sub.filter) else {
+                            if tx
+                                .send(text(&Reply::Failed(too_many_streams(s.opts.max_streams))))
+                                .await
+                                .is_err()
+                            {
+                                break;
+                            }
+                            continue;
+                        };
+                        let ack = serde_json::json!({"ok": true, "subscribed": true, "from": from});
                         if tx
                             .send(Message::Text(ack.to_string().into()))
                             .await
@@ -577,7 +624,6 @@ async fn ws_session(s: AppState, socket: WebSocket) {
                         {
                             break;
                         }
-                        let mut events = follow(&s, cursor, sub.filter);
                         let out = tx.clone();
                         subscription = Some(tokio::spawn(async move {
                             while let Some(e) = events.recv().await {
