@@ -5,6 +5,8 @@
 //! `apply` process; this file holds one test so that the peak over all
 //! children of this test process is that child's.
 
+mod common;
+
 use std::process::Command;
 
 /// The largest resident set any waited-for child of this process reached,
@@ -78,14 +80,11 @@ fn label_amplification_is_refused_and_the_largest_close_stays_small() {
         .output()
         .unwrap();
     let peak = children_peak_rss();
-    let answers: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let codes = common::answer_codes(&stdout);
+    let answers: Vec<serde_json::Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let codes: Vec<&str> = answers
-        .iter()
-        .map(|a| a["error"]["code"].as_str().unwrap_or("ok"))
         .collect();
     assert_eq!(
         codes,

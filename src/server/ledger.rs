@@ -188,21 +188,21 @@ fn serve_loop(
             break;
         }
         // Jobs first: a caller is waiting. The background work runs at
-        // least once per poll interval even under load.
-        let wait = if busy || last_step.is_none() {
+        // least once per poll interval even under load; the stop flag is
+        // looked at every 100 ms at most.
+        let due = busy || last_step.is_none_or(|t| t.elapsed() >= opts.poll);
+        let wait = if due {
             Duration::ZERO
         } else {
-            opts.poll
+            opts.poll.min(Duration::from_millis(100))
         };
         match rx.recv_timeout(wait) {
-            Ok(job) => {
-                run_jobs(&mut engine, job, &rx, metrics, &mut summary)?;
-                if last_step.is_some_and(|t| t.elapsed() < opts.poll) {
-                    continue;
-                }
-            }
+            Ok(job) => run_jobs(&mut engine, job, &rx, metrics, &mut summary)?,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if !(busy || last_step.is_none_or(|t| t.elapsed() >= opts.poll)) {
+            continue;
         }
         let owned = member.owned()?;
         if owned_before.as_ref() != Some(&owned) {

@@ -226,6 +226,42 @@ pub fn cli(dir: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Run the binary with `args`, `input` on its standard input: exit code,
+/// stdout, stderr.
+pub fn cli_with_input(args: &[String], input: &str) -> (i32, String, String) {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run agentledger");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The code of each answer line (`ok` for an ok answer).
+pub fn answer_codes(answers: &str) -> Vec<String> {
+    answers
+        .lines()
+        .map(|l| {
+            let a: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+            a["error"]["code"].as_str().unwrap_or("ok").to_string()
+        })
+        .collect()
+}
+
 /// Copy a directory tree (a data dir a test is about to damage).
 pub fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
