@@ -35,6 +35,16 @@ pub enum Query {
     Stats {
         task: String,
     },
+    /// A run's or a chain's records with their covering checkpoints
+    /// (checkpointing the tail first, so everything exported is attested).
+    Export {
+        #[serde(default)]
+        run: Option<String>,
+        #[serde(default)]
+        chain: Option<String>,
+        #[serde(default)]
+        as_of: Option<u64>,
+    },
 }
 
 /// What a question's answer prints: lines for stdout, or a refusal (exit
@@ -43,6 +53,9 @@ pub enum Query {
 pub struct Said {
     pub out: String,
     pub failure: Option<Failure>,
+    /// Answered, but what it found is not clean (`verify` found a
+    /// mismatch): exit 1.
+    pub unclean: bool,
 }
 
 impl Said {
@@ -50,6 +63,15 @@ impl Said {
         Said {
             out: String::new(),
             failure: Some(Failure::new(code, message)),
+            unclean: false,
+        }
+    }
+
+    pub fn answered(out: String) -> Self {
+        Said {
+            out,
+            failure: None,
+            unclean: false,
         }
     }
 
@@ -57,6 +79,7 @@ impl Said {
     /// question that cannot be asked.
     pub fn exit_code(&self) -> i32 {
         match &self.failure {
+            None if self.unclean => 1,
             None => 0,
             Some(f) if f.error.code == Code::InvalidRequest => 2,
             Some(_) => 1,
@@ -71,9 +94,13 @@ impl Said {
     }
 }
 
-/// Answer `q`, as JSON lines when `json`, else as text.
-pub fn answer(engine: &Engine, q: &Query, json: bool) -> Result<Said, LedgerError> {
+/// Answer `q`, as JSON lines when `json`, else as text (an export is JSON
+/// lines either way).
+pub fn answer(engine: &mut Engine, q: &Query, json: bool) -> Result<Said, LedgerError> {
     let said = match q {
+        Query::Export { run, chain, as_of } => {
+            export(engine, run.as_deref(), chain.as_deref(), *as_of)
+        }
         Query::Trail { run, chain, as_of } => trail(engine, run, *chain, as_of.as_deref(), json),
         Query::Chain { run } => chain(engine, run, json),
         Query::Agent { name } => agent(engine, name, json),
@@ -115,7 +142,7 @@ fn trail(
             line!(out, "{}", report::step_line(r, s));
         }
     }
-    Ok(Said { out, failure: None })
+    Ok(Said::answered(out))
 }
 
 fn chain(engine: &Engine, run: &str, json: bool) -> Result<Said, LedgerError> {
@@ -140,7 +167,7 @@ fn chain(engine: &Engine, run: &str, json: bool) -> Result<Said, LedgerError> {
                 "{run}: chain unknown (opened without a recorded chain position)"
             );
         }
-        return Ok(Said { out, failure: None });
+        return Ok(Said::answered(out));
     };
     let runs = views.chain(&root)?.map(|c| c.runs).unwrap_or_default();
     let mut rows = Vec::new();
@@ -182,7 +209,7 @@ fn chain(engine: &Engine, run: &str, json: bool) -> Result<Said, LedgerError> {
             );
         }
     }
-    Ok(Said { out, failure: None })
+    Ok(Said::answered(out))
 }
 
 fn agent(engine: &Engine, name: &str, json: bool) -> Result<Said, LedgerError> {
@@ -234,7 +261,7 @@ fn agent(engine: &Engine, name: &str, json: bool) -> Result<Said, LedgerError> {
             }
         }
     }
-    Ok(Said { out, failure: None })
+    Ok(Said::answered(out))
 }
 
 fn status(engine: &Engine, json: bool) -> Result<Said, LedgerError> {
@@ -322,7 +349,7 @@ fn status(engine: &Engine, json: bool) -> Result<Said, LedgerError> {
                 .join(", ")
         );
     }
-    Ok(Said { out, failure: None })
+    Ok(Said::answered(out))
 }
 
 fn stats(engine: &Engine, task: &str, json: bool) -> Result<Said, LedgerError> {
@@ -356,5 +383,106 @@ fn stats(engine: &Engine, task: &str, json: bool) -> Result<Said, LedgerError> {
         );
         line!(out, "  refusals recorded:      {:>10}", st.refusals);
     }
-    Ok(Said { out, failure: None })
+    Ok(Said::answered(out))
+}
+
+fn export(
+    engine: &mut Engine,
+    run: Option<&str>,
+    chain: Option<&str>,
+    as_of: Option<u64>,
+) -> Result<Said, LedgerError> {
+    let (subject, whole_chain) = match (run, chain) {
+        (Some(r), None) => (r, false),
+        (None, Some(c)) => (c, true),
+        _ => {
+            return Ok(Said::refused(
+                Code::InvalidRequest,
+                "give exactly one of run or chain",
+            ))
+        }
+    };
+    engine.checkpoint(true)?;
+    let mut steps =
+        report::collect_trail(engine.views(), engine.log().as_ref(), subject, whole_chain)?;
+    if let Some(limit) = as_of {
+        steps.retain(|(_, s)| s.offset <= limit);
+    }
+    let checkpoints: Vec<_> = crate::audit::checkpoint::read_all(engine.log().as_ref())?
+        .into_iter()
+        .filter_map(|(_, c)| c.ok())
+        .collect();
+    let what = json!({"run": run, "chain": chain, "as_of": as_of});
+    let mut out = Vec::new();
+    crate::audit::export::write_export(
+        engine.log().as_ref(),
+        what,
+        &steps,
+        &checkpoints,
+        &mut out,
+    )?;
+    Ok(Said::answered(String::from_utf8(out).map_err(|_| {
+        LedgerError::Internal("an export that is not UTF-8")
+    })?))
+}
+
+/// What `verify` says of a report: `torn` are torn tails found and left in
+/// place (a crash's leftovers, or evidence: shown either way).
+pub fn verify_said(
+    report: &crate::audit::VerifyReport,
+    torn: &[String],
+    subject: &str,
+    json: bool,
+) -> Said {
+    let mut out = String::new();
+    if json {
+        line!(
+            out,
+            "{}",
+            json!({"ok": report.clean(), "records": report.records, "checkpoints": report.checkpoints,
+                   "covered": report.covered, "first_mismatch": report.first(), "mismatches": report.mismatches,
+                   "torn_tails": torn})
+        );
+    } else {
+        line!(
+            out,
+            "{subject}: {} records, {} checkpoints, {} records attested by a checkpoint",
+            report.records,
+            report.checkpoints,
+            report.covered
+        );
+        for t in torn {
+            line!(out, "{t}");
+        }
+        match report.first() {
+            None => line!(out, "clean: every digest and chain head matches"),
+            Some(m) => {
+                line!(out, "MISMATCH at {m}");
+                for other in report.mismatches.iter().skip(1) {
+                    line!(out, "  also: {other}");
+                }
+            }
+        }
+    }
+    Said {
+        out,
+        failure: None,
+        unclean: !report.clean(),
+    }
+}
+
+/// `verify` of a whole log (read only; safe beside a writer, which it
+/// does not block).
+pub fn verify(
+    log: &dyn crate::log::Log,
+    json: bool,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Said, LedgerError> {
+    let report = crate::audit::verify::verify_log(log, progress)?;
+    Ok(verify_said(
+        &report,
+        &log.torn_tails(),
+        &log.describe(),
+        json,
+    ))
 }

@@ -633,6 +633,27 @@ fn the_cli_goes_through_a_running_server_and_prints_the_same() {
     ];
     let ask = |q: &[&str]| common::cli(&data, q);
     let live: Vec<_> = questions.iter().map(|q| ask(q)).collect();
+    // An export through the server verifies alone.
+    let file = d.path().join("r1.export");
+    let file_s = file.to_str().unwrap();
+    let (code, out, err) = ask(&["export", "--run", "r1", "-o", file_s]);
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(
+        out.starts_with("exported 3 records") || out.starts_with("exported 2 records"),
+        "{out}"
+    );
+    let (code, out, err) = ask(&["verify", "--export", file_s]);
+    assert_eq!(code, 0, "{out} {err}");
+    // `verify` of the live log, read beside the server.
+    let (code, out, err) = ask(&["verify"]);
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(
+        out.contains("clean: every digest and chain head matches"),
+        "{out}"
+    );
+    let (code, _, err) = ask(&["export", "--run", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("unknown_run"), "{err}");
     assert_eq!(live[0].0, 0, "{:?}", live[0]);
     assert!(live[0].1.contains("closed succeeded"), "{:?}", live[0]);
     assert_eq!(live[6].0, 1);

@@ -25,6 +25,6 @@ pub fn ask(cli: &Cli, q: Query) -> Result<i32> {
     if let Some(server) = super::remote::server_for(cli)? {
         return print(&server.query(&q, cli.json)?);
     }
-    let engine = open_engine_read_only(cli)?;
-    print(&queries::answer(&engine, &q, cli.json)?)
+    let mut engine = open_engine_read_only(cli)?;
+    print(&queries::answer(&mut engine, &q, cli.json)?)
 }

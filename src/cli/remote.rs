@@ -79,6 +79,18 @@ impl Server {
             Query::Agent { name } => format!("/v1/agents/{}", enc(name)),
             Query::Stats { task } => format!("/v1/tasks/{}/stats", enc(task)),
             Query::Status => "/v1/status".to_string(),
+            Query::Export { run, chain, as_of } => {
+                for (k, v) in [
+                    ("run", run.clone()),
+                    ("chain", chain.clone()),
+                    ("as_of", as_of.map(|a| a.to_string())),
+                ] {
+                    if let Some(v) = v {
+                        params.push((k, v));
+                    }
+                }
+                "/v1/export".to_string()
+            }
         };
         let r = self
             .client
@@ -86,12 +98,34 @@ impl Server {
             .query(&params)
             .send()
             .with_context(|| format!("asking the server at {}", self.base))?;
+        self.said(r)
+    }
+
+    /// `verify` of the log the server writes.
+    pub fn verify(&self, json: bool) -> Result<Said> {
+        let r = self
+            .client
+            .get(format!("{}/v1/verify", self.base))
+            .query(&[("format", if json { "json" } else { "text" })])
+            .timeout(Duration::from_secs(24 * 3600))
+            .send()
+            .with_context(|| format!("asking the server at {}", self.base))?;
+        self.said(r)
+    }
+
+    fn said(&self, r: reqwest::blocking::Response) -> Result<Said> {
         let ok = r.status().is_success();
+        let exit = r
+            .headers()
+            .get("x-agentledger-exit")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<i32>().ok());
         let body = r.text().context("reading the server's answer")?;
         if ok {
             return Ok(Said {
                 out: body,
                 failure: None,
+                unclean: exit == Some(1),
             });
         }
         let failure: Failure =
@@ -99,6 +133,7 @@ impl Server {
         Ok(Said {
             out: String::new(),
             failure: Some(failure),
+            unclean: false,
         })
     }
 

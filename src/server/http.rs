@@ -87,6 +87,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/agents/{name}", get(agent))
         .route("/v1/tasks/{task}/stats", get(stats))
         .route("/v1/status", get(status))
+        .route("/v1/export", get(export))
+        .route("/v1/verify", get(verify))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
@@ -397,6 +399,62 @@ async fn stats(
 
 async fn status(State(s): State<AppState>, QueryParams(p): QueryParams<ReadParams>) -> Response {
     ask(&s, Query::Status, &p, "/v1/status").await
+}
+
+/// Query parameters of `/v1/export`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportParams {
+    #[serde(default)]
+    run: Option<String>,
+    #[serde(default)]
+    chain: Option<String>,
+    #[serde(default)]
+    as_of: Option<u64>,
+    #[serde(default)]
+    format: Option<String>,
+}
+
+async fn export(State(s): State<AppState>, QueryParams(p): QueryParams<ExportParams>) -> Response {
+    let q = Query::Export {
+        run: p.run,
+        chain: p.chain,
+        as_of: p.as_of,
+    };
+    let params = ReadParams {
+        format: p.format,
+        ..ReadParams::default()
+    };
+    ask(&s, q, &params, "/v1/export").await
+}
+
+/// `verify` of the log, read beside the writer (it never blocks the ledger
+/// thread); as long as it takes, without the request timeout.
+async fn verify(State(s): State<AppState>, QueryParams(p): QueryParams<ReadParams>) -> Response {
+    let Ok(_slot) = s.slots.clone().try_acquire_owned() else {
+        return overloaded(s.opts.max_in_flight);
+    };
+    let json = p.format.as_deref() != Some("text");
+    let log = s.ledger.log.clone();
+    let said =
+        tokio::task::spawn_blocking(move || queries::verify(log.as_ref(), json, &|_| {})).await;
+    let response = match said {
+        Ok(Ok(said)) => {
+            let exit = HeaderValue::from(said.exit_code());
+            let mut r = (StatusCode::OK, said.out).into_response();
+            r.headers_mut().insert(EXIT_HEADER, exit);
+            r
+        }
+        Ok(Err(e)) => failure_response(Failure::new(e.code(), e.to_string())),
+        Err(_) => failure_response(Failure::new(
+            Code::InternalError,
+            "verify stopped unexpectedly",
+        )),
+    };
+    s.ledger
+        .metrics
+        .http("/v1/verify", response.status().as_u16());
+    response
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
