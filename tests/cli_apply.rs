@@ -1,44 +1,31 @@
 //! The `agentledger` binary: answers per line, exit codes, hostile input.
 
+mod common;
+
 use serde_json::Value;
-use std::io::Write;
-use std::process::{Command, Stdio};
+
+use std::process::Command;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_agentledger"))
 }
 
 fn apply(dir: &std::path::Path, input: &str, extra: &[&str]) -> (i32, Vec<Value>, String) {
-    let mut child = bin()
-        .arg("--data")
-        .arg(dir)
-        .arg("apply")
-        .arg("-")
-        .args(extra)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let answers = String::from_utf8(out.stdout)
-        .unwrap()
+    let mut args = vec![
+        "--data".to_string(),
+        dir.display().to_string(),
+        "apply".into(),
+        "-".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let (code, out, err) = common::cli_with_input(&args, input);
+    let answers = out
         .lines()
         .map(|l| {
             serde_json::from_str(l).unwrap_or_else(|e| panic!("answer {l:?} is not JSON: {e}"))
         })
         .collect();
-    (
-        out.status.code().unwrap_or(-1),
-        answers,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    (code, answers, err)
 }
 
 const SETUP: &str = r#"{"op":"publish_agent","agent":"developer","scope":"acme/platform","listens":[],"emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]}
