@@ -892,3 +892,71 @@ fn past_its_limits_the_server_says_so_and_applies_nothing() {
         "no request was turned away while one was answered"
     );
 }
+
+/// A counter's value in Prometheus text.
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{name} missing from\n{text}")) as u64
+}
+
+#[test]
+fn the_dispatch_sweep_shares_one_sync_per_partition_with_the_operations() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(d.path(), None, &["--poll-ms", "300"]);
+    let c = http();
+    let scrape = || {
+        c.get(format!("{}/metrics", s.url))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap()
+    };
+    for body in [
+        json!({"op":"publish_agent","agent":"developer","scope":"acme/platform",
+            "emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]}),
+        json!({"op":"publish_agent","agent":"reviewer","scope":"acme/platform",
+            "listens":["code.ready"]}),
+    ] {
+        assert_eq!(post(&s.url, &body).0, 200);
+    }
+    // 40 chains (spread over every partition) opened and closed in one body.
+    let runs = 40;
+    let lines: Vec<String> = (0..runs)
+        .flat_map(|i| {
+            let run = format!("sweep-{i}");
+            [
+                json!({"op":"open_run","run":run,"agent":"developer"}).to_string(),
+                json!({"op":"close_run","run":run,"status":"succeeded","artifacts":{"patch":"p"}})
+                    .to_string(),
+            ]
+        })
+        .collect();
+    let before = metric(&scrape(), "agentledger_log_syncs_total");
+    let r = c
+        .post(format!("{}/v1/ops", s.url))
+        .header("content-type", "application/x-ndjson")
+        .body(lines.join("\n"))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(common::answer_codes(&r.text().unwrap()).len(), 2 * runs);
+    // The next sweep dispatches all 40 runs: one listener each.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = scrape();
+        if text.contains(&format!("agentledger_listeners_opened_total {runs}")) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "never dispatched:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let syncs = metric(&text, "agentledger_log_syncs_total") - before;
+    // The body's group syncs the 4 ledger partitions; the sweep's group
+    // the 4 ledger and the published partitions. A sync per dispatched run
+    // (as before) would be at least 80.
+    assert!(
+        syncs <= 16,
+        "{syncs} syncs for 80 operations and a sweep of {runs} runs"
+    );
+}

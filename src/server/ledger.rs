@@ -6,7 +6,7 @@
 //! correct; the transports only wait for their answers.
 
 use crate::codes::Code;
-use crate::engine::Engine;
+use crate::engine::{DispatchAnswer, Engine};
 use crate::error::LedgerError;
 use crate::log::Log;
 use crate::protocol::{self, Failure, Reply};
@@ -183,25 +183,30 @@ fn serve_loop(
         if stop.load(Ordering::SeqCst) {
             // Answer what was sent before the stop, then end.
             while let Ok(job) = rx.try_recv() {
-                run_jobs(&mut engine, job, &rx, metrics, &mut summary)?;
+                run_jobs(&mut engine, Some(job), &rx, metrics, &mut summary, None)?;
             }
             break;
         }
         // Jobs first: a caller is waiting. The background work runs at
         // least once per poll interval even under load; the stop flag is
         // looked at every 100 ms at most.
-        let due = busy || last_step.is_none_or(|t| t.elapsed() >= opts.poll);
-        let wait = if due {
+        let due = |busy: bool, last: Option<Instant>| {
+            busy || last.is_none_or(|t| t.elapsed() >= opts.poll)
+        };
+        let wait = if due(busy, last_step) {
             Duration::ZERO
         } else {
             opts.poll.min(Duration::from_millis(100))
         };
-        match rx.recv_timeout(wait) {
-            Ok(job) => run_jobs(&mut engine, job, &rx, metrics, &mut summary)?,
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        let job = match rx.recv_timeout(wait) {
+            Ok(job) => Some(job),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-        if !(busy || last_step.is_none_or(|t| t.elapsed() >= opts.poll)) {
+        };
+        if !due(busy, last_step) {
+            if job.is_some() {
+                run_jobs(&mut engine, job, &rx, metrics, &mut summary, None)?;
+            }
             continue;
         }
         let owned = member.owned()?;
@@ -214,8 +219,18 @@ fn serve_loop(
         }
         engine.catch_up(&|_| {})?;
         ready.store(true, Ordering::SeqCst);
-        match engine.dispatch_partitions(&|p| owned.contains(&p)) {
-            Ok(a) => {
+        // The dispatch sweep joins the operations waiting now in one
+        // commit group: one durable sync per partition for all of them.
+        let mut sweep = |e: &mut Engine| e.dispatch_partitions(&|p| owned.contains(&p));
+        match run_jobs(
+            &mut engine,
+            job,
+            &rx,
+            metrics,
+            &mut summary,
+            Some(&mut sweep),
+        )? {
+            Some(Ok(a)) => {
                 summary.opened += a.opened.len() as u64;
                 summary.dispatched_runs += a.dispatched_runs;
                 metrics.dispatched(&a);
@@ -224,11 +239,14 @@ fn serve_loop(
             // Another instance dispatched the same run first (this one was
             // too slow to notice its partition had moved): its records
             // stand, ours were kept out of the views. Carry on.
-            Err(LedgerError::Refused(r)) if r.code == Code::Conflict => {
+            Some(Err(LedgerError::Refused(r))) if r.code == Code::Conflict => {
                 tracing::warn!("{}", r.message);
                 busy = true;
             }
-            Err(e) => return Err(e),
+            Some(Err(e)) => return Err(e),
+            // An operation of the group found the log failing: the sweep
+            // was not run; the group's end says what happened.
+            None => busy = true,
         }
         engine.checkpoint(false)?;
         if last_sweep.is_none_or(|t| t.elapsed() >= opts.gc_interval) {
@@ -253,24 +271,30 @@ fn serve_loop(
 /// Most request lines decided in one commit group.
 const MAX_GROUP_LINES: usize = 4096;
 
+/// The serve loop's dispatch sweep, run inside a commit group.
+type Sweep<'a> = &'a mut dyn FnMut(&mut Engine) -> Result<DispatchAnswer, LedgerError>;
+
 /// Run `first` and, when it carries operations, every operation job
-/// already waiting behind it as one commit group: decided in order, made
+/// already waiting behind it as one commit group, with `sweep` (the
+/// dispatch sweep) after them in the same group: decided in order, made
 /// durable together, answered after. A question waiting among them runs
 /// after the group (it may read the log, which shows only what is
-/// durable).
+/// durable). Returns what the sweep did, when it ran.
 fn run_jobs(
     engine: &mut Engine,
-    first: Job,
+    first: Option<Job>,
     rx: &mpsc::Receiver<Job>,
     metrics: &Metrics,
     summary: &mut Summary,
-) -> Result<(), LedgerError> {
+    sweep: Option<Sweep<'_>>,
+) -> Result<Option<Result<DispatchAnswer, LedgerError>>, LedgerError> {
     let mut group = Vec::new();
     let mut after = None;
     let mut lines = 0;
     match first {
-        Job::Call(f) => after = Some(f),
-        Job::Ops { lines: l, reply } => {
+        None => {}
+        Some(Job::Call(f)) => after = Some(f),
+        Some(Job::Ops { lines: l, reply }) => {
             lines += l.len();
             group.push((l, reply));
             while lines < MAX_GROUP_LINES {
@@ -288,13 +312,15 @@ fn run_jobs(
             }
         }
     }
-    if !group.is_empty() {
-        run_group(engine, group, metrics, summary)?;
-    }
+    let swept = if !group.is_empty() || sweep.is_some() {
+        run_group(engine, group, metrics, summary, sweep)?
+    } else {
+        None
+    };
     if let Some(f) = after {
         f(engine);
     }
-    Ok(())
+    Ok(swept)
 }
 
 type OpsJob = (Vec<Line>, oneshot::Sender<Vec<Reply>>);
@@ -307,7 +333,8 @@ fn run_group(
     group: Vec<OpsJob>,
     metrics: &Metrics,
     summary: &mut Summary,
-) -> Result<(), LedgerError> {
+    sweep: Option<Sweep<'_>>,
+) -> Result<Option<Result<DispatchAnswer, LedgerError>>, LedgerError> {
     let started = Instant::now();
     let mut stopped: Option<String> = None;
     let mut answered: Vec<Held> = Vec::with_capacity(group.len());
@@ -339,6 +366,10 @@ fn run_group(
         }
         answered.push((replies, reply));
     }
+    let swept = match (sweep, &stopped) {
+        (Some(sweep), None) => Some(sweep(engine)),
+        _ => None,
+    };
     let durable = engine.end_group();
     let took = started.elapsed();
     for (replies, reply) in answered {
@@ -362,5 +393,6 @@ fn run_group(
         let _ = reply.send(replies);
     }
     // A log that cannot sync cannot be trusted with more: stop serving.
-    durable
+    durable?;
+    Ok(swept)
 }
