@@ -235,3 +235,86 @@ fn corrupted_log_bytes_are_a_clear_error_and_nothing_is_cut() {
     );
     assert_eq!(std::fs::metadata(&seg).unwrap().len() as usize, len);
 }
+
+/// A caller that writes one line and waits for its answer gets it at once:
+/// reading ahead never waits for lines that have not arrived.
+#[test]
+fn a_caller_waiting_on_each_answer_gets_it_before_writing_the_next() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let d = tempfile::tempdir().unwrap();
+    let mut child = bin()
+        .args(["--data", d.path().to_str().unwrap(), "apply", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let ops = [
+        r#"{"op":"publish_agent","agent":"developer","scope":"acme/platform"}"#,
+        r#"{"op":"open_run","run":"r1","agent":"developer"}"#,
+        r#"{"op":"open_run","run":"r1","agent":"developer"}"#,
+    ];
+    let mut answers = Vec::new();
+    for op in ops {
+        writeln!(stdin, "{op}").unwrap();
+        stdin.flush().unwrap();
+        let answer = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no answer to {op} while the input stays open"));
+        answers.push(serde_json::from_str::<Value>(&answer).unwrap());
+    }
+    drop(stdin);
+    assert_eq!(child.wait().unwrap().code(), Some(1));
+    assert_eq!(answers[0]["ok"], true);
+    assert_eq!(answers[1]["ok"], true);
+    assert_eq!(answers[2]["error"]["code"], "run_exists");
+}
+
+/// Lines already read ahead are one commit group: one sync per partition
+/// written, not one per operation; decided in order (the second open of a
+/// run in the same group is refused because of the first).
+#[test]
+fn lines_read_ahead_are_decided_in_order_and_synced_once() {
+    use agentledger::apply::apply_stream;
+    use agentledger::log::Topic;
+    let d = tempfile::tempdir().unwrap();
+    let mut l = common::Ledger::open(d.path());
+    let mut input = String::from(
+        r#"{"op":"publish_agent","agent":"developer","scope":"acme/platform"}
+"#,
+    );
+    for i in 0..200 {
+        input.push_str(&format!(
+            "{{\"op\":\"open_run\",\"run\":\"g{i}\",\"agent\":\"developer\"}}\n"
+        ));
+    }
+    input.push_str(r#"{"op":"open_run","run":"g0","agent":"developer"}"#);
+    let before = l.engine.log().syncs();
+    let mut out = Vec::new();
+    let summary = apply_stream(&mut l.engine, &mut input.as_bytes(), &mut out, 1 << 20).unwrap();
+    let syncs = l.engine.log().syncs() - before;
+    assert_eq!((summary.ok, summary.refused), (201, 1));
+    let last: Value = serde_json::from_slice(out.split(|b| *b == b'\n').nth(201).unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "run_exists");
+    let partitions = (l.engine.log().partitions(Topic::Ledger)
+        + l.engine.log().partitions(Topic::Registry)) as u64;
+    assert!(
+        syncs <= partitions + 1,
+        "{syncs} syncs for 202 lines read ahead"
+    );
+    // Durable: a fresh open finds every run.
+    drop(l);
+    let l = common::Ledger::open(d.path());
+    assert!(l.engine.views().run("g199").unwrap().is_some());
+}

@@ -1,12 +1,21 @@
 //! Context exchange through the engine: every exchange and every refusal is
 //! a step in the master run's trail (R11–R15), and survives a rebuild.
+//! The rule tests run on every backend through every transport.
 
+#[macro_use]
 mod common;
 
 use agentledger::context::ContextEvent;
 use agentledger::model::LedgerEvent;
-use common::Ledger;
+use common::{Ledger, On};
 use serde_json::{json, Value};
+
+on_every_backend_and_transport!(
+    r11_isolation_refusals_are_recorded_in_the_master_trail,
+    r12_sync_dependency_skipped_is_refused_and_recorded,
+    r13_both_evaluation_layers_are_in_the_trail,
+    r15_tampered_expired_and_ungranted_references_are_refused_and_recorded,
+);
 
 fn ctx(agent: &str, sub: &str, deps: &[&str], uri: Option<&str>) -> Value {
     json!({
@@ -53,10 +62,9 @@ fn refusals(l: &Ledger) -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn r11_isolation_refusals_are_recorded_in_the_master_trail() {
+fn r11_isolation_refusals_are_recorded_in_the_master_trail(on: &On) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(d.path());
+    let mut l = Ledger::open_for(d.path(), on);
     let uri = setup(&mut l);
     let hotel = ctx("hotel", "h1", &[], Some(&uri));
     let flight = ctx("flight", "f1", &[], None);
@@ -86,10 +94,9 @@ fn r11_isolation_refusals_are_recorded_in_the_master_trail() {
     );
 }
 
-#[test]
-fn r12_sync_dependency_skipped_is_refused_and_recorded() {
+fn r12_sync_dependency_skipped_is_refused_and_recorded(on: &On) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(d.path());
+    let mut l = Ledger::open_for(d.path(), on);
     setup(&mut l);
     let a = ctx("diagnosis", "d1", &[], None);
     let b = ctx("prescription", "p1", &["d1"], None);
@@ -118,10 +125,9 @@ fn r12_sync_dependency_skipped_is_refused_and_recorded() {
     assert_eq!(refusals(&l).len(), 3);
 }
 
-#[test]
-fn r13_both_evaluation_layers_are_in_the_trail() {
+fn r13_both_evaluation_layers_are_in_the_trail(on: &On) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(d.path());
+    let mut l = Ledger::open_for(d.path(), on);
     setup(&mut l);
     let a = ctx("weather", "w1", &[], None);
     l.ok(json!({"op":"send_context","task":"t1","run":"m1","mode":"async","agent_context":a}));
@@ -158,10 +164,9 @@ fn r13_both_evaluation_layers_are_in_the_trail() {
     assert!(i_ret < i_eval, "{kinds:?}");
 }
 
-#[test]
-fn r15_tampered_expired_and_ungranted_references_are_refused_and_recorded() {
+fn r15_tampered_expired_and_ungranted_references_are_refused_and_recorded(on: &On) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(d.path());
+    let mut l = Ledger::open_for(d.path(), on);
     let uri = setup(&mut l);
     l.ok(json!({"op":"send_context","task":"t1","run":"m1","mode":"async","agent_context":ctx("hotel", "h1", &[], Some(&uri))}));
     l.ok(json!({"op":"send_context","task":"t1","run":"m1","mode":"async","agent_context":ctx("flight", "f1", &[], None)}));

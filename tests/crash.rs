@@ -81,13 +81,39 @@ fn killed_apply(
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    let input: String = ops.iter().map(|o| format!("{o}\n")).collect();
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(input.as_bytes());
-    });
+    // Operations arrive in bursts of 1 to 8 lines: `apply` decides each
+    // burst it has read ahead as one commit group, so the kill lands
+    // inside groups of every size, not only between single operations.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(after as u64 ^ delay.as_micros() as u64);
+    let mut bursts = Vec::new();
+    let mut rest: &[Value] = ops;
+    while !rest.is_empty() {
+        let n = rng.gen_range(1..=8).min(rest.len());
+        let text: String = rest[..n].iter().map(|o| format!("{o}\n")).collect();
+        bursts.push((text, Duration::from_micros(rng.gen_range(500..3000))));
+        rest = &rest[n..];
+    }
     let stdout = child.stdout.take().unwrap();
     let printed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let seen = printed.clone();
+    let answered = printed.clone();
+    let writer = std::thread::spawn(move || {
+        for (i, (text, pause)) in bursts.into_iter().enumerate() {
+            if stdin.write_all(text.as_bytes()).is_err() || stdin.flush().is_err() {
+                break;
+            }
+            // The rest only once the first burst is answered: a process
+            // still starting would read everything at once as one group.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while i == 0
+                && answered.load(std::sync::atomic::Ordering::SeqCst) == 0
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            std::thread::sleep(pause);
+        }
+    });
     let reader = std::thread::spawn(move || {
         let mut lines = Vec::new();
         for l in BufReader::new(stdout).lines() {
@@ -214,6 +240,7 @@ fn sigkill_during_apply_and_dispatch_loses_nothing_acknowledged() {
         assert_eq!(code, Some(0));
         assert_eq!(report["identical"], true, "trial {trial}: {report}");
     }
+    eprintln!("{killed_mid_way} of {TRIALS} trials were killed mid-way");
     assert!(
         killed_mid_way >= TRIALS / 2,
         "only {killed_mid_way} trials were killed mid-way"

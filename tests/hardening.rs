@@ -441,11 +441,7 @@ fn an_operation_whose_records_are_durable_is_answered_ok_when_its_checkpoint_fai
         agentledger::content_store::ContentStore::open(d.path().join("blobs")).unwrap(),
         common::fixed_clock_options(),
     );
-    let mut l = Ledger {
-        engine,
-        dir: d.path().to_path_buf(),
-        backend: Backend::Embedded,
-    };
+    let mut l = Ledger::around(engine, d.path());
     l.publish("developer", "acme/platform", &[], &[("code.ready", &[])]);
     l.publish("reviewer", "acme/platform", &["code.ready"], &[]);
     log.full.store(true, Ordering::SeqCst);

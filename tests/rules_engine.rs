@@ -1,6 +1,8 @@
 //! The chain rules R1–R9 end to end: operations in, trail and views out.
-//! Written once, run on every backend: the embedded log and Kafka.
+//! Written once, run on every backend (the embedded log and Kafka) through
+//! every transport (a call, HTTP, WebSocket).
 
+#[macro_use]
 mod common;
 
 use agentledger::codec;
@@ -8,22 +10,10 @@ use agentledger::log::Topic;
 use agentledger::model::*;
 use agentledger::projector::project_all;
 use agentledger::views::Views;
-use common::{Backend, Ledger};
+use common::{Ledger, On};
 use serde_json::json;
 
-/// Each rule test runs as `embedded::NAME` and `kafka::NAME`.
-macro_rules! on_every_backend {
-    ($($name:ident),* $(,)?) => {
-        mod embedded {
-            $( #[test] fn $name() { super::$name(&super::Backend::Embedded) } )*
-        }
-        mod kafka {
-            $( #[test] fn $name() { super::$name(&super::Backend::kafka(stringify!($name))) } )*
-        }
-    };
-}
-
-on_every_backend!(
+on_every_backend_and_transport!(
     r1_every_replay_and_rebuild_reaches_the_same_hop,
     r2_hop_eight_runs_publishes_artifacts_but_withholds_events,
     r3_event_delivered_twice_opens_each_listener_once,
@@ -36,15 +26,15 @@ on_every_backend!(
     r9_labels_flow_and_scope_barrier_holds
 );
 
-fn r1_every_replay_and_rebuild_reaches_the_same_hop(b: &Backend) {
+fn r1_every_replay_and_rebuild_reaches_the_same_hop(on: &On) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open_on(d.path(), b);
+    let mut l = Ledger::open_for(d.path(), on);
     let runs = l.drive_loop("r0");
     let hops: Vec<Option<u32>> = runs.iter().map(|r| l.run(r).hop).collect();
     assert_eq!(hops, (0..=8).map(Some).collect::<Vec<_>>());
     drop(l);
     // A fresh projection of the same log, twice over (a replay), agrees.
-    let log = b.log(d.path());
+    let log = on.backend.log(d.path());
     for attempt in 0..2 {
         let views = Views::open(d.path().join(format!("replay{attempt}"))).unwrap();
         project_all(log.as_ref(), &views, &|_| {}).unwrap();
@@ -60,9 +50,9 @@ fn r1_every_replay_and_rebuild_reaches_the_same_hop(b: &Backend) {
     }
 }
 
-fn r2_hop_eight_runs_publishes_artifacts_but_withholds_events(b: &Backend) {
+fn r2_hop_eight_runs_publishes_artifacts_but_withholds_events(on: &On) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open_on(d.path(), b);
+    let mut l = Ledger::open_for(d.path(), on);
     let runs = l.drive_loop("r0");
     assert_eq!(runs.len(), 9, "hops 0..=8, nothing beyond");
     let last = l.run(&runs[8]);
@@ -99,9 +89,9 @@ fn r2_hop_eight_runs_publishes_artifacts_but_withholds_events(b: &Backend) {
     assert_eq!(chain.runs.len(), 9);
 }
 
-fn r3_event_delivered_twice_opens_each_listener_once(b: &Backend) {
+fn r3_event_delivered_twice_opens_each_listener_once(on: &On) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open_on(d.path(), b);
+    let mut l = Ledger::open_for(d.path(), on);
     l.publish(
         "triager",
         "acme/platform",
@@ -171,9 +161,9 @@ fn r3_event_delivered_twice_opens_each_listener_once(b: &Backend) {
     assert_eq!(l.dispatch()["opened"], json!([]));
 }
 
-fn r4_agent_never_started_by_its_own_event_and_refusal_is_recorded(b: &Backend) {
+fn r4_agent_never_started_by_its_own_event_and_refusal_is_recorded(on: &On) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open_on(d.path(), b);
+    let mut l = Ledger::open_for(d.path(), on);
     l.publish(
         "echo",
         "acme/platform",
@@ -189,9 +179,9 @@ fn r4_agent_never_started_by_its_own_event_and_refusal_is_recorded(b: &Backend) 
     assert!(trail.iter().any(|s| matches!(&s.event, LedgerEvent::ListenerRefused(r) if r.reason == RefusalReason::SelfListen)));
 }
 
-fn r5_run_publishes_its_opening_version_listeners_read_at_dispatch(b: &Backend) {
+fn r5_run_publishes_its_opening_version_listeners_read_at_dispatch(on: &On) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open_on(d.path(), b);
+    let mut l = Ledger::open_for(d.path(), on);
     l.publish(
         "developer",
         "acme/platform",
@@ -223,9 +213,9 @@ fn r5_run_publishes_its_opening_version_listeners_read_at_dispatch(b: &Backend) 
     assert_eq!(l.run("r2").published[0].event, "code.shipped");
 }
 
-fn r6_run_without_chain_position_publishes_nothing_further(b: &Backend) {
+fn r6_run_without_chain_position_publishes_nothing_further(on: &On) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open_on(d.path(), b);
+    let mut l = Ledger::open_for(d.path(), on);
     l.publish(
         "developer",
         "acme/platform",
@@ -295,10 +285,10 @@ fn r6_run_without_chain_position_publishes_nothing_further(b: &Backend) {
     assert!(!agentledger::report::step_line("x2", closing).contains("chain is unknown"));
 }
 
-fn r7_no_finished_run_skipped_or_dispatched_twice(b: &Backend) {
+fn r7_no_finished_run_skipped_or_dispatched_twice(on: &On) {
     let d = tempfile::tempdir().unwrap();
     {
-        let mut l = Ledger::open_on(d.path(), b);
+        let mut l = Ledger::open_for(d.path(), on);
         l.publish("worker", "acme/platform", &[], &[("job.done", &[])]);
         l.publish("collector", "acme/platform", &["job.done"], &[]);
         // Many runs finish between two sweeps.
@@ -328,7 +318,7 @@ fn r7_no_finished_run_skipped_or_dispatched_twice(b: &Backend) {
         l.engine.flush().unwrap();
     }
     // The cursor is durable: after a restart only the five new runs go out.
-    let mut l = Ledger::open_on(d.path(), b);
+    let mut l = Ledger::open_for(d.path(), on);
     let a = l.dispatch();
     assert_eq!(a["opened"].as_array().unwrap().len(), 5);
     assert_eq!(l.dispatch()["opened"], json!([]));
@@ -337,9 +327,9 @@ fn r7_no_finished_run_skipped_or_dispatched_twice(b: &Backend) {
     }
 }
 
-fn r8_listener_reads_only_contract_names_and_each_read_is_a_tool_call(b: &Backend) {
+fn r8_listener_reads_only_contract_names_and_each_read_is_a_tool_call(on: &On) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open_on(d.path(), b);
+    let mut l = Ledger::open_for(d.path(), on);
     l.publish(
         "triager",
         "acme/platform",
@@ -383,9 +373,9 @@ fn r8_listener_reads_only_contract_names_and_each_read_is_a_tool_call(b: &Backen
     );
 }
 
-fn r8_tool_budget_bounds_reads(b: &Backend) {
+fn r8_tool_budget_bounds_reads(on: &On) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open_on(d.path(), b);
+    let mut l = Ledger::open_for(d.path(), on);
     l.publish(
         "triager",
         "acme/platform",
@@ -406,9 +396,9 @@ fn r8_tool_budget_bounds_reads(b: &Backend) {
     );
 }
 
-fn r9_labels_flow_and_scope_barrier_holds(b: &Backend) {
+fn r9_labels_flow_and_scope_barrier_holds(on: &On) {
     let d = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open_on(d.path(), b);
+    let mut l = Ledger::open_for(d.path(), on);
     l.publish(
         "triager",
         "acme/platform",

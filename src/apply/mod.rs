@@ -107,33 +107,56 @@ fn read_bounded_line(
     Ok(Some(Ok(buf)))
 }
 
+/// Input whose already-read bytes can be looked at without blocking: lines
+/// already there are decided together, and a caller who writes one line
+/// and waits for its answer gets it at once.
+pub trait ReadAhead: BufRead {
+    fn buffered(&self) -> &[u8];
+}
+
+impl<R: std::io::Read> ReadAhead for std::io::BufReader<R> {
+    fn buffered(&self) -> &[u8] {
+        self.buffer()
+    }
+}
+
+impl ReadAhead for &[u8] {
+    fn buffered(&self) -> &[u8] {
+        self
+    }
+}
+
+/// Most lines `apply` decides in one commit group.
+pub const MAX_GROUP_LINES: usize = 4096;
+
 /// Apply every line of `input`, writing one answer line each to `output`.
+/// Lines already read ahead are decided as one commit group (one sync per
+/// partition for all of them) and answered once it is durable.
 pub fn apply_stream(
     engine: &mut Engine,
-    input: &mut impl BufRead,
+    input: &mut impl ReadAhead,
     output: &mut impl Write,
     max_line: usize,
 ) -> std::io::Result<ApplySummary> {
-    apply_stream_with(input, output, max_line, 1, |lines| {
-        Ok(lines
+    apply_stream_with(input, output, max_line, MAX_GROUP_LINES, |lines| {
+        let group = protocol::reply_group(engine, lines, None::<fn(&mut Engine)>);
+        Ok(group
+            .answered
             .into_iter()
-            .map(|l| match l {
-                Ok(v) => protocol::reply(engine, &v),
-                Err(f) => (Reply::Failed(f), false),
-            })
+            .map(|a| (a.reply, a.machine))
             .collect())
     })
 }
 
-/// A request line as read: its JSON, or the failure its bytes already are.
-pub type Line = Result<Value, Failure>;
+pub use crate::protocol::Line;
 
-/// Read `input` a line at a time (up to `batch` lines handed over at
-/// once), have `answer` reply to them (each reply with whether it was the
-/// machine's failure), and write the replies in order. Stops after a
-/// machine failure.
+/// Read `input` a line at a time and hand over, at once, up to `batch`
+/// lines: the first, and those after it already read ahead (a line not
+/// yet arrived is not waited for). Have `answer` reply to them (each reply
+/// with whether it was the machine's failure), and write the replies in
+/// order. Stops after a machine failure.
 pub fn apply_stream_with(
-    input: &mut impl BufRead,
+    input: &mut impl ReadAhead,
     output: &mut impl Write,
     max_line: usize,
     batch: usize,
@@ -144,6 +167,9 @@ pub fn apply_stream_with(
     while !ended {
         let mut lines = Vec::new();
         while lines.len() < batch.max(1) {
+            if !lines.is_empty() && !input.buffered().contains(&b'\n') {
+                break;
+            }
             let Some(line) = read_bounded_line(input, max_line)? else {
                 ended = true;
                 break;

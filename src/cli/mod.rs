@@ -23,7 +23,7 @@ use agentledger::log::Log;
 use agentledger::queries::Query;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -344,6 +344,9 @@ pub fn open_log_read_only(cli: &Cli) -> Result<(Option<std::fs::File>, Box<dyn L
     })
 }
 
+/// Bytes `apply` reads ahead of the line it is on.
+const APPLY_READ_AHEAD: usize = 1 << 20;
+
 fn run_command(cli: Cli) -> Result<i32> {
     agentledger::model::ids::check_topic_prefix(&cli.topic_prefix)
         .map_err(|e| anyhow::anyhow!("--topic-prefix: {e}"))?;
@@ -352,21 +355,19 @@ fn run_command(cli: Cli) -> Result<i32> {
             file,
             max_line_bytes,
         } => {
-            let mut input: Box<dyn BufRead> = if file == "-" {
-                Box::new(BufReader::new(std::io::stdin()))
+            // Read ahead generously: the lines already read are decided
+            // as one commit group.
+            let source: Box<dyn std::io::Read> = if file == "-" {
+                Box::new(std::io::stdin())
             } else {
-                Box::new(BufReader::new(
-                    std::fs::File::open(file).with_context(|| format!("opening {file}"))?,
-                ))
+                Box::new(std::fs::File::open(file).with_context(|| format!("opening {file}"))?)
             };
+            let mut input = BufReader::with_capacity(APPLY_READ_AHEAD, source);
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             let summary = if let Some(server) = remote::server_for(&cli)? {
-                // Through a server: a file is sent in batches, standard
-                // input a line at a time (a caller may be waiting on each
-                // answer).
-                let batch = if file == "-" { 1 } else { 256 };
-                apply_stream_with(&mut input, &mut out, *max_line_bytes, batch, |lines| {
+                // Through a server: the lines read ahead go in one body.
+                apply_stream_with(&mut input, &mut out, *max_line_bytes, 256, |lines| {
                     server.ops(lines)
                 })
                 .context("reading input, asking the server or writing answers")?

@@ -6,9 +6,11 @@
 
 pub mod answer;
 pub mod execute;
+pub mod group;
 pub mod request;
 pub mod schema;
 
 pub use answer::*;
 pub use execute::{answer, execute, parse_request, reply, validate, OpError};
+pub use group::{reply_group, Answered, Group, Line};
 pub use request::*;

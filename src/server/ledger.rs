@@ -9,9 +9,8 @@ use crate::codes::Code;
 use crate::engine::{DispatchAnswer, Engine};
 use crate::error::LedgerError;
 use crate::log::Log;
-use crate::protocol::{self, Failure, Reply};
+use crate::protocol::{self, Reply};
 use crate::server::metrics::Metrics;
-use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -35,9 +34,7 @@ pub struct LoopOptions {
     pub say: Say,
 }
 
-/// One request line as the transport received it: parsed JSON, or the
-/// failure its bytes already are (malformed, too long).
-pub type Line = Result<Value, Failure>;
+pub use crate::protocol::Line;
 
 enum Job {
     Ops {
@@ -93,6 +90,49 @@ pub struct Summary {
     pub dispatched_runs: u64,
     pub opened: u64,
     pub ops: u64,
+}
+
+/// The jobs the transports send, for a caller that owns the engine itself
+/// and answers them between steps of its own: how the tests drive the
+/// real transports against an engine they can still look into.
+pub struct Jobs {
+    rx: mpsc::Receiver<Job>,
+    metrics: Arc<Metrics>,
+}
+
+/// A handle (ready at once) and the jobs sent through it.
+pub fn channel(log: Arc<dyn Log>, metrics: Arc<Metrics>) -> (LedgerHandle, Jobs) {
+    let (tx, rx) = mpsc::channel();
+    let handle = LedgerHandle {
+        tx,
+        log,
+        ready: Arc::new(AtomicBool::new(true)),
+        ended: Arc::new(AtomicBool::new(false)),
+        metrics: metrics.clone(),
+    };
+    (handle, Jobs { rx, metrics })
+}
+
+impl Jobs {
+    /// Answer the jobs waiting, as the ledger thread would, waiting up to
+    /// `wait` for the first. Says whether there was any.
+    pub fn answer_waiting(&self, engine: &mut Engine, wait: Duration) -> Result<bool, LedgerError> {
+        match self.rx.recv_timeout(wait) {
+            Ok(job) => {
+                let mut summary = Summary::default();
+                run_jobs(
+                    engine,
+                    Some(job),
+                    &self.rx,
+                    &self.metrics,
+                    &mut summary,
+                    None,
+                )?;
+                Ok(true)
+            }
+            Err(_) => Ok(false),
+        }
+    }
 }
 
 /// Open the engine on a thread of its own (with `open`) and run the serve
@@ -324,9 +364,6 @@ fn run_jobs(
 }
 
 type OpsJob = (Vec<Line>, oneshot::Sender<Vec<Reply>>);
-/// A job's replies before the group is durable, each with its op (for the
-/// metrics), and where to send them.
-type Held = (Vec<(Reply, Option<String>)>, oneshot::Sender<Vec<Reply>>);
 
 fn run_group(
     engine: &mut Engine,
@@ -336,56 +373,23 @@ fn run_group(
     sweep: Option<Sweep<'_>>,
 ) -> Result<Option<Result<DispatchAnswer, LedgerError>>, LedgerError> {
     let started = Instant::now();
-    let mut stopped: Option<String> = None;
-    let mut answered: Vec<Held> = Vec::with_capacity(group.len());
-    engine.begin_group();
-    for (lines, reply) in group {
-        let mut replies = Vec::with_capacity(lines.len());
-        for line in lines {
-            let (answer, op) = match (line, &stopped) {
-                (_, Some(why)) => (
-                    Reply::Failed(Failure::new(
-                        Code::LogError,
-                        format!("not applied: an earlier operation failed: {why}"),
-                    )),
-                    None,
-                ),
-                (Err(failure), None) => (Reply::Failed(failure), None),
-                (Ok(v), None) => {
-                    let op = v["op"].as_str().map(str::to_string);
-                    let (answer, machine) = protocol::reply(engine, &v);
-                    if machine {
-                        if let Reply::Failed(f) = &answer {
-                            stopped = Some(f.error.message.clone());
-                        }
-                    }
-                    (answer, op)
-                }
-            };
-            replies.push((answer, op));
-        }
-        answered.push((replies, reply));
+    let mut senders = Vec::with_capacity(group.len());
+    let mut lines = Vec::new();
+    for (l, reply) in group {
+        senders.push((l.len(), reply));
+        lines.extend(l);
     }
-    let swept = match (sweep, &stopped) {
-        (Some(sweep), None) => Some(sweep(engine)),
-        _ => None,
-    };
-    let durable = engine.end_group();
+    let done = protocol::reply_group(engine, lines, sweep);
     let took = started.elapsed();
-    for (replies, reply) in answered {
-        let replies: Vec<Reply> = replies
-            .into_iter()
-            .map(|(answer, op)| {
-                let answer = match (&durable, answer) {
-                    (Err(e), Reply::Done(_)) => Reply::Failed(Failure::new(
-                        Code::LogError,
-                        format!("the operation's records could not be made durable: {e}"),
-                    )),
-                    (_, a) => a,
-                };
+    let mut answered = done.answered.into_iter();
+    for (n, reply) in senders {
+        let replies: Vec<Reply> = answered
+            .by_ref()
+            .take(n)
+            .map(|a| {
                 summary.ops += 1;
-                metrics.answered(op.as_deref(), &answer, took);
-                answer
+                metrics.answered(a.op.as_deref(), &a.reply, took);
+                a.reply
             })
             .collect();
         // The caller may have gone (timeout, disconnect): the operations
@@ -393,6 +397,6 @@ fn run_group(
         let _ = reply.send(replies);
     }
     // A log that cannot sync cannot be trusted with more: stop serving.
-    durable?;
-    Ok(swept)
+    done.durable?;
+    Ok(done.then)
 }

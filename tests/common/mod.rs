@@ -6,6 +6,9 @@
 
 pub mod contract;
 pub mod mem;
+pub mod wire;
+
+pub use wire::Via;
 
 use agentledger::apply::apply_value;
 use agentledger::engine::{Engine, EngineOptions};
@@ -49,10 +52,63 @@ impl Backend {
     }
 }
 
+/// Where a rule test runs: its backend and the transport its operations
+/// take.
+#[derive(Debug, Clone)]
+pub struct On {
+    pub backend: Backend,
+    pub via: Via,
+}
+
+impl On {
+    pub fn embedded(via: Via) -> Self {
+        On {
+            backend: Backend::Embedded,
+            via,
+        }
+    }
+
+    pub fn kafka(test: &str, via: Via) -> Self {
+        On {
+            backend: Backend::kafka(test),
+            via,
+        }
+    }
+}
+
+/// Each rule test `NAME(on: &On)` runs on every backend through every
+/// transport: `embedded::NAME`, `embedded_http::NAME`, `embedded_ws::NAME`,
+/// and the same three on Kafka.
+#[allow(unused_macros)]
+macro_rules! on_every_backend_and_transport {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $( #[test] fn $name() { super::$name(&crate::common::On::embedded(crate::common::Via::Engine)) } )*
+        }
+        mod embedded_http {
+            $( #[test] fn $name() { super::$name(&crate::common::On::embedded(crate::common::Via::Http)) } )*
+        }
+        mod embedded_ws {
+            $( #[test] fn $name() { super::$name(&crate::common::On::embedded(crate::common::Via::WebSocket)) } )*
+        }
+        mod kafka {
+            $( #[test] fn $name() { super::$name(&crate::common::On::kafka(stringify!($name), crate::common::Via::Engine)) } )*
+        }
+        mod kafka_http {
+            $( #[test] fn $name() { super::$name(&crate::common::On::kafka(stringify!($name), crate::common::Via::Http)) } )*
+        }
+        mod kafka_ws {
+            $( #[test] fn $name() { super::$name(&crate::common::On::kafka(stringify!($name), crate::common::Via::WebSocket)) } )*
+        }
+    };
+}
+
 pub struct Ledger {
     pub engine: Engine,
     pub dir: PathBuf,
     pub backend: Backend,
+    /// The transport operations go through, when not a call.
+    wire: Option<wire::Wire>,
 }
 
 pub fn fixed_clock_options() -> EngineOptions {
@@ -93,37 +149,96 @@ impl Ledger {
     }
 
     pub fn open_with(dir: &Path, backend: &Backend, opts: EngineOptions) -> Self {
-        let engine = match backend {
-            Backend::Embedded => Engine::open_embedded(dir, opts),
-            Backend::Kafka(k) => Engine::open_kafka(dir, k, opts),
-        }
-        .expect("open engine");
+        // A child another test forks holds a copy of the lock file's
+        // descriptor until it execs: a reopen right after a drop may find
+        // the lock still held for a moment.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let engine = loop {
+            let opened = match backend {
+                Backend::Embedded => Engine::open_embedded(dir, opts.clone()),
+                Backend::Kafka(k) => Engine::open_kafka(dir, k, opts.clone()),
+            };
+            match opened {
+                Err(agentledger::error::LedgerError::DataDirInUse(_))
+                    if std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                other => break other.expect("open engine"),
+            }
+        };
         Self {
             engine,
             dir: dir.to_path_buf(),
             backend: backend.clone(),
+            wire: None,
         }
+    }
+
+    /// A test ledger around an engine the test built itself.
+    pub fn around(engine: Engine, dir: &Path) -> Self {
+        Self {
+            engine,
+            dir: dir.to_path_buf(),
+            backend: Backend::Embedded,
+            wire: None,
+        }
+    }
+
+    /// A ledger on `on`'s backend whose operations go through its
+    /// transport.
+    pub fn open_for(dir: &Path, on: &On) -> Self {
+        Self::open_for_with(dir, on, fixed_clock_options())
+    }
+
+    pub fn open_for_with(dir: &Path, on: &On, opts: EngineOptions) -> Self {
+        let mut l = Self::open_with(dir, &on.backend, opts);
+        if on.via != Via::Engine {
+            l.wire = Some(wire::Wire::start(&l.engine, on.via));
+        }
+        l
+    }
+
+    /// The answer to one operation, through this ledger's transport; on
+    /// HTTP the status must be the one its answer calls for.
+    fn send(&mut self, v: &Value) -> Value {
+        let Some(wire) = &self.wire else {
+            return match apply_value(&mut self.engine, v) {
+                Ok(a) => a,
+                Err(e) => serde_json::to_value(e.failure()).unwrap(),
+            };
+        };
+        let (status, a) = wire.send(&mut self.engine, v);
+        if let Some(status) = status {
+            let expected = match a["error"]["code"].as_str() {
+                None => 200,
+                Some(code) => agentledger::server::http::status_of(
+                    agentledger::codes::Code::parse(code)
+                        .unwrap_or_else(|| panic!("unknown code {code}")),
+                )
+                .as_u16(),
+            };
+            assert_eq!(status, expected, "HTTP status of {v} -> {a}");
+        }
+        a
     }
 
     /// Apply and expect success.
     pub fn ok(&mut self, v: Value) -> Value {
-        let a = apply_value(&mut self.engine, &v).unwrap_or_else(|e| panic!("{v} refused: {e}"));
-        assert_eq!(a["ok"], json!(true), "{v} -> {a}");
+        let a = self.send(&v);
+        assert_eq!(a["ok"], json!(true), "{v} refused: {a}");
         contract::check(&v, &a);
         a
     }
 
     /// Apply and expect a refusal; returns its code.
     pub fn refused(&mut self, v: Value) -> String {
-        match apply_value(&mut self.engine, &v) {
-            Ok(a) => panic!("{v} was accepted: {a}"),
-            Err(e) => {
-                if let Some(op) = v["op"].as_str().filter(|op| protocol::OPS.contains(op)) {
-                    contract::check_reply(op, &serde_json::to_value(e.failure()).unwrap());
-                }
-                e.code().to_string()
-            }
+        let a = self.send(&v);
+        assert_eq!(a["ok"], json!(false), "{v} was accepted: {a}");
+        if let Some(op) = v["op"].as_str().filter(|op| protocol::OPS.contains(op)) {
+            contract::check_reply(op, &a);
         }
+        a["error"]["code"].as_str().unwrap().to_string()
     }
 
     pub fn publish(

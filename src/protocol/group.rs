@@ -1,0 +1,98 @@
+//! Request lines decided as one commit group: in order, each seeing the
+//! decisions before it, made durable together with one sync per partition,
+//! and answered only after that. `apply` and the server both answer this
+//! way, so an operation's answer never depends on how it arrived.
+
+use crate::codes::Code;
+use crate::engine::Engine;
+use crate::error::LedgerError;
+use crate::protocol::{reply, Failure, Reply};
+use serde_json::Value;
+
+/// One request line as received: its JSON, or the failure its bytes
+/// already are (malformed, too long).
+pub type Line = Result<Value, Failure>;
+
+/// One line's answer, once its group has ended.
+#[derive(Debug)]
+pub struct Answered {
+    pub reply: Reply,
+    /// The operation named by the line (for metrics), when it named one.
+    pub op: Option<String>,
+    /// The failure is the machine's (the log failed), not the caller's.
+    pub machine: bool,
+}
+
+/// What a group did.
+#[derive(Debug)]
+pub struct Group<T> {
+    /// One answer per line, in order.
+    pub answered: Vec<Answered>,
+    /// What `then` returned, when it ran.
+    pub then: Option<T>,
+    /// Whether the group's records were made durable; when not, no
+    /// operation of it was answered ok, and the log must not be trusted
+    /// with more.
+    pub durable: Result<(), LedgerError>,
+}
+
+/// Decide `lines` in order as one commit group, then run `then` inside the
+/// same group (the serve loop's dispatch sweep) unless an operation found
+/// the log failing. After a machine failure the remaining lines are not
+/// applied and say why.
+pub fn reply_group<T>(
+    engine: &mut Engine,
+    lines: impl IntoIterator<Item = Line>,
+    then: Option<impl FnOnce(&mut Engine) -> T>,
+) -> Group<T> {
+    let mut stopped: Option<String> = None;
+    let mut answered = Vec::new();
+    engine.begin_group();
+    for line in lines {
+        let a = match (line, &stopped) {
+            (_, Some(why)) => Answered {
+                reply: Reply::Failed(Failure::new(
+                    Code::LogError,
+                    format!("not applied: an earlier operation failed: {why}"),
+                )),
+                op: None,
+                machine: true,
+            },
+            (Err(failure), None) => Answered {
+                reply: Reply::Failed(failure),
+                op: None,
+                machine: false,
+            },
+            (Ok(v), None) => {
+                let op = v["op"].as_str().map(str::to_string);
+                let (reply, machine) = reply(engine, &v);
+                if let (true, Reply::Failed(f)) = (machine, &reply) {
+                    stopped = Some(f.error.message.clone());
+                }
+                Answered { reply, op, machine }
+            }
+        };
+        answered.push(a);
+    }
+    let then = match (then, &stopped) {
+        (Some(f), None) => Some(f(engine)),
+        _ => None,
+    };
+    let durable = engine.end_group();
+    if let Err(e) = &durable {
+        for a in &mut answered {
+            if a.reply.is_ok() {
+                a.reply = Reply::Failed(Failure::new(
+                    Code::LogError,
+                    format!("the operation's records could not be made durable: {e}"),
+                ));
+                a.machine = true;
+            }
+        }
+    }
+    Group {
+        answered,
+        then,
+        durable,
+    }
+}
