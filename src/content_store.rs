@@ -11,6 +11,7 @@
 //! by `agentledger gc`), and only when no live reference holds them.
 
 use crate::model::cas::ContentRef;
+use crate::private_files;
 use sha2::{Digest, Sha256};
 use std::fs;
 use std::io::Write;
@@ -83,7 +84,8 @@ pub struct ContentStore {
 impl ContentStore {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, StoreError> {
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(dir.join("tmp")).map_err(io(format!("create {}", dir.display())))?;
+        private_files::create_dir_all(&dir.join("tmp"))
+            .map_err(io(format!("create {}", dir.display())))?;
         Ok(Self { dir })
     }
 
@@ -107,12 +109,14 @@ impl ContentStore {
             .and_then(|f| f.set_modified(SystemTime::now()));
         if refreshed.is_err() {
             let parent = path.parent().unwrap_or(&self.dir).to_path_buf();
-            fs::create_dir_all(&parent).map_err(io(format!("create {}", parent.display())))?;
+            private_files::create_dir_all(&parent)
+                .map_err(io(format!("create {}", parent.display())))?;
             let tmp = self
                 .dir
                 .join("tmp")
                 .join(format!("{hex}.{}", std::process::id()));
-            let mut f = fs::File::create(&tmp).map_err(io(format!("create {}", tmp.display())))?;
+            let mut f =
+                private_files::create(&tmp).map_err(io(format!("create {}", tmp.display())))?;
             f.write_all(bytes)
                 .and_then(|_| f.sync_all())
                 .map_err(io(format!("write {}", tmp.display())))?;

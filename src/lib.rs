@@ -51,6 +51,7 @@ pub mod limits;
 pub mod log;
 pub mod loops;
 pub mod model;
+pub mod private_files;
 pub mod projector;
 pub mod protocol;
 pub mod queries;

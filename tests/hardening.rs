@@ -1105,3 +1105,68 @@ fn final_answer_goes_out_with_every_event_and_listeners_start_from_the_answer() 
         "not_in_contract"
     );
 }
+
+/// Every directory the ledger makes is 0700 and every file it writes 0600,
+/// whatever the umask, sled's included.
+#[cfg(unix)]
+#[test]
+fn the_data_dir_is_its_owners_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("ledger");
+    let ops = [
+        r#"{"op":"publish_agent","agent":"master","scope":"acme/travel"}"#,
+        r#"{"op":"open_run","run":"m1","agent":"master"}"#,
+        r#"{"op":"open_task","task":"t1","run":"m1","task_context":{"TaskID":"T1","UserQuery":"q","TaskName":"n","TaskDescription":"d","GoalStatus":[],"OverallStatus":"open"}}"#,
+        r#"{"op":"put_blob","task":"t1","content":"a private document","ttl_s":3600}"#,
+        r#"{"op":"close_run","run":"m1","status":"succeeded","artifacts":{"plan":"the plan"}}"#,
+    ];
+    let args: Vec<String> = ["--data", data.to_str().unwrap(), "apply", "-"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let (code, out, err) = common::cli_with_input(&args, &(ops.join("\n") + "\n"));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("chmod"), "a fresh data dir is private: {err}");
+    let mut files = 0;
+    let mut stack = vec![data.clone()];
+    while let Some(dir) = stack.pop() {
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} is {mode:o}", dir.display());
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode, 0o600, "{} is {mode:o}", path.display());
+                files += 1;
+            }
+        }
+    }
+    assert!(files >= 6, "segments, blobs and the lock were looked at");
+}
+
+/// A data dir other users can read is said on stderr, with the fix.
+#[cfg(unix)]
+#[test]
+fn a_data_dir_others_can_read_is_reported() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("ledger");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let args: Vec<String> = ["--data", data.to_str().unwrap(), "apply", "-"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let (code, _, err) = common::cli_with_input(
+        &args,
+        "{\"op\":\"publish_agent\",\"agent\":\"master\",\"scope\":\"acme/travel\"}\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("mode 755") && err.contains(&format!("chmod 700 {}", data.display())),
+        "{err}"
+    );
+}

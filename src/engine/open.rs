@@ -46,9 +46,12 @@ impl DataDir {
     /// both assume a single writer.
     pub fn lock(&self) -> Result<File> {
         use fs2::FileExt;
-        std::fs::create_dir_all(&self.root)
+        crate::private_files::create_dir_all(&self.root)
             .map_err(|e| LedgerError::io(format!("create data dir {}", self.root.display()), e))?;
-        let f = File::create(self.lock_path())
+        if let Some(warning) = crate::private_files::shared_warning(&self.root) {
+            tracing::warn!("{warning}");
+        }
+        let f = crate::private_files::create(&self.lock_path())
             .map_err(|e| LedgerError::io(format!("create {}", self.lock_path().display()), e))?;
         f.try_lock_exclusive()
             .map_err(|_| LedgerError::DataDirInUse(self.root.clone()))?;

@@ -243,7 +243,7 @@ fn segment_path(dir: &Path, base: u64) -> PathBuf {
 }
 
 fn open_segment_file(path: &Path, read_only: bool) -> Result<File, LogError> {
-    let mut o = OpenOptions::new();
+    let mut o = crate::private_files::options();
     o.read(true);
     if !read_only {
         o.append(true).create(true);
@@ -274,7 +274,7 @@ impl Partition {
             return Ok((Self::empty(dir, label, roll_bytes), None));
         }
         if !read_only {
-            fs::create_dir_all(&dir)
+            crate::private_files::create_dir_all(&dir)
                 .map_err(|e| LogError::io(format!("create {}", dir.display()), e))?;
         }
         let mut bases: Vec<u64> = fs::read_dir(&dir)
@@ -699,7 +699,7 @@ impl EmbeddedLog {
             .map_err(|e| LogError::Config(e.to_string()))?;
         let dir = dir.to_path_buf();
         if access == Access::Write {
-            fs::create_dir_all(&dir)
+            crate::private_files::create_dir_all(&dir)
                 .map_err(|e| LogError::io(format!("create {}", dir.display()), e))?;
         }
         let mut torn = Vec::new();

@@ -85,7 +85,7 @@ fn listen_until(
             .map_err(|e| LedgerError::io("reading the bound address", e))?;
         let file = addr_file(data);
         let tmp = file.with_extension("addr.tmp");
-        std::fs::write(&tmp, format!("http://{bound}\n"))
+        crate::private_files::write(&tmp, format!("http://{bound}\n"))
             .and_then(|_| std::fs::rename(&tmp, &file))
             .map_err(|e| LedgerError::io(format!("writing {}", file.display()), e))?;
         on_listening(bound);

@@ -81,6 +81,10 @@ pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
 /// threads finish writing a just-closed database in the background and hold
 /// its file lock until they have (seen reopening views in one process).
 fn open_db(dir: &Path) -> Result<sled::Db, ViewError> {
+    if !dir.exists() {
+        crate::private_files::create_dir_all(dir)
+            .map_err(|e| ViewError::Sled(sled::Error::Io(e)))?;
+    }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let opened = sled::Config::new()
@@ -94,7 +98,13 @@ fn open_db(dir: &Path) -> Result<sled::Db, ViewError> {
                 }
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            other => return Ok(other?),
+            other => {
+                let db = other?;
+                // sled made its files with the umask's mode.
+                crate::private_files::restrict_tree(dir)
+                    .map_err(|e| ViewError::Sled(sled::Error::Io(e)))?;
+                return Ok(db);
+            }
         }
     }
 }
