@@ -41,6 +41,7 @@
 
 pub mod apply;
 pub mod audit;
+pub mod auth;
 pub mod codec;
 pub mod codes;
 pub mod content_store;

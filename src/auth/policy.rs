@@ -1,0 +1,173 @@
+//! Who may do what: a pure function of the caller's grant, what it asks,
+//! and what the views say about the things the request names. The facts
+//! are gathered at the edge (`Facts`); nothing here reads a store, so the
+//! whole policy is a table in the tests.
+
+use super::principal::{Grant, Principal};
+use crate::protocol::Request;
+
+/// What a caller asks for.
+#[derive(Debug, Clone, Copy)]
+pub enum Action<'a> {
+    /// An operation.
+    Op(&'a Request),
+    /// A question that writes nothing: trail, chain, agent, stats, status,
+    /// export, verify, metrics.
+    Read,
+    /// The published events, limited to `scope` when given.
+    Events { scope: Option<&'a str> },
+}
+
+/// What the views say about the things a request names, as far as the
+/// policy needs it. `None` where the thing does not exist (the operation
+/// itself then refuses it with its own code) or does not apply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// The agent the named run belongs to (`close_run`, `read_artifact`).
+    pub run_agent: Option<String>,
+    /// The scope of the agent concerned: the one named by `open_run`, or
+    /// the named run's agent.
+    pub agent_scope: Option<String>,
+    /// The principal that opened the named run (`open_task`).
+    pub run_opened_by: Option<String>,
+    /// The principal that opened the task's master run: the task's master
+    /// (`update_task`, `put_blob`, `send_context`, `evaluate`).
+    pub task_master: Option<String>,
+}
+
+/// Why a caller may not do what it asked: said in the `forbidden`
+/// refusal, never naming a credential.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{principal} may not {what}: {why}")]
+pub struct Forbidden {
+    pub principal: String,
+    pub what: String,
+    pub why: String,
+}
+
+/// Allow or refuse `action` by `grant`, given `facts`.
+pub fn authorize(grant: &Grant, action: Action<'_>, facts: &Facts) -> Result<(), Forbidden> {
+    let who = &grant.principal;
+    let what = match action {
+        Action::Op(r) => r.op().to_string(),
+        Action::Read => "read the ledger".to_string(),
+        Action::Events { .. } => "follow the published events".to_string(),
+    };
+    let refuse = |why: String| {
+        Err(Forbidden {
+            principal: who.to_string(),
+            what: what.clone(),
+            why,
+        })
+    };
+    let allow_if = |ok: bool, why: &dyn Fn() -> String| if ok { Ok(()) } else { refuse(why()) };
+    match (who, action) {
+        (Principal::Operator, _) => Ok(()),
+        (Principal::Auditor, Action::Read) => Ok(()),
+        (Principal::Auditor, _) => refuse("an auditor reads and writes nothing".into()),
+        (Principal::Consumer, Action::Events { scope }) => allow_if(
+            grant.scopes.is_empty() || scope.is_some_and(|s| grant.covers(s)),
+            &|| match scope {
+                Some(s) => format!("scope {s} is not within its scopes {:?}", grant.scopes),
+                None => format!("it may follow only its scopes {:?}", grant.scopes),
+            },
+        ),
+        (Principal::Consumer, _) => refuse("a consumer only follows published events".into()),
+        (Principal::Platform(_), Action::Op(r)) => platform_op(grant, r, facts, &refuse),
+        (Principal::Platform(_), _) => {
+            refuse("a platform writes; reading is for auditors and consumers".into())
+        }
+        (Principal::Agent(name), Action::Op(r)) => agent_op(name, r, facts, &refuse),
+        (Principal::Agent(_), _) => refuse("an agent acts only through its operations".into()),
+    }
+}
+
+type Refuse<'a> = dyn Fn(String) -> Result<(), Forbidden> + 'a;
+
+fn platform_op(
+    grant: &Grant,
+    r: &Request,
+    facts: &Facts,
+    refuse: &Refuse,
+) -> Result<(), Forbidden> {
+    let who = grant.principal.to_string();
+    let in_scope = |scope: Option<&str>| match scope {
+        Some(s) if grant.covers(s) => Ok(()),
+        Some(s) => refuse(format!(
+            "scope {s} is not within its scopes {:?}",
+            grant.scopes
+        )),
+        // Nothing to check against: the operation refuses the unknown
+        // agent or run itself.
+        None => Ok(()),
+    };
+    match r {
+        Request::PublishAgent(p) => {
+            in_scope(Some(&p.scope))?;
+            match p.access.iter().flatten().find(|a| !grant.covers(a)) {
+                Some(a) => refuse(format!(
+                    "access to {a} is not within its scopes {:?}",
+                    grant.scopes
+                )),
+                None => Ok(()),
+            }
+        }
+        Request::OpenRun(_) | Request::CloseRun(_) => in_scope(facts.agent_scope.as_deref()),
+        Request::Dispatch(_) => Ok(()),
+        Request::OpenTask(_) => master(&who, facts.run_opened_by.as_deref(), "the run", refuse),
+        Request::UpdateTask(_)
+        | Request::PutBlob(_)
+        | Request::SendContext(_)
+        | Request::Evaluate(_) => master(&who, facts.task_master.as_deref(), "the task", refuse),
+        Request::ReadArtifact(_)
+        | Request::GetContext(_)
+        | Request::GetBlob(_)
+        | Request::ReturnContext(_) => refuse("only the agent concerned does this".into()),
+    }
+}
+
+fn agent_op(name: &str, r: &Request, facts: &Facts, refuse: &Refuse) -> Result<(), Forbidden> {
+    let as_itself = |agent: &str| {
+        if agent == name {
+            Ok(())
+        } else {
+            refuse(format!("it acts only as agent {name}, not {agent}"))
+        }
+    };
+    match r {
+        Request::GetContext(g) => as_itself(&g.agent),
+        Request::GetBlob(g) => as_itself(&g.agent),
+        Request::ReturnContext(g) => as_itself(&g.agent),
+        Request::ReadArtifact(_) | Request::CloseRun(_) => match facts.run_agent.as_deref() {
+            Some(agent) => as_itself(agent),
+            None => Ok(()),
+        },
+        Request::UpdateTask(_)
+        | Request::PutBlob(_)
+        | Request::SendContext(_)
+        | Request::Evaluate(_) => master(
+            &format!("agent:{name}"),
+            facts.task_master.as_deref(),
+            "the task",
+            refuse,
+        ),
+        Request::OpenTask(_) => master(
+            &format!("agent:{name}"),
+            facts.run_opened_by.as_deref(),
+            "the run",
+            refuse,
+        ),
+        Request::PublishAgent(_) | Request::OpenRun(_) | Request::Dispatch(_) => {
+            refuse("publishing, opening runs and dispatching are a platform's".into())
+        }
+    }
+}
+
+/// Only the principal that opened the master run acts as a task's master.
+fn master(who: &str, opener: Option<&str>, of: &str, refuse: &Refuse) -> Result<(), Forbidden> {
+    match opener {
+        Some(o) if o == who => Ok(()),
+        Some(o) => refuse(format!("{of} is {o}'s; only its master does this")),
+        None => Ok(()),
+    }
+}
