@@ -3,15 +3,22 @@
 //! RUSTSEC-2025-0141), and golden-byte tests pin the format so a
 //! wire-compatible replacement can be dropped in without migrating data.
 //!
-//! Layout: `u16 LE schema version` then, for version 1, the bincode
-//! (standard config) encoding of [`EnvelopeV1`], whose `body` is the bincode
-//! encoding of a [`LedgerEvent`] and `body_digest` its sha256.
+//! Layout: `u16 LE schema version` then the bincode (standard config)
+//! encoding of the envelope, whose `body` is the bincode encoding of a
+//! [`LedgerEvent`] and `body_digest` its sha256. Version 2 ([`Envelope`])
+//! adds the principal that caused the record; version 1 ([`EnvelopeV1`],
+//! written before callers had identities) still reads, as the operator's.
 
 use crate::model::LedgerEvent;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-pub const SCHEMA_VERSION: u16 = 1;
+/// The version this build writes.
+pub const SCHEMA_VERSION: u16 = 2;
+
+/// Who caused a version 1 record: before identities, whoever ran the
+/// binary on the data dir.
+pub const V1_PRINCIPAL: &str = "operator";
 
 /// Records larger than this are refused before they reach the log.
 pub const MAX_RECORD_BYTES: usize = 8 * 1024 * 1024;
@@ -20,7 +27,7 @@ pub const MAX_RECORD_BYTES: usize = 8 * 1024 * 1024;
 pub enum CodecError {
     #[error("record is {0} bytes, too short for an envelope")]
     TooShort(usize),
-    #[error("record has schema version {found}; this build reads version {SCHEMA_VERSION}")]
+    #[error("record has schema version {found}; this build reads versions 1 to {SCHEMA_VERSION}")]
     UnknownSchemaVersion { found: u16 },
     #[error("record envelope does not decode: {0}")]
     BadEnvelope(String),
@@ -32,7 +39,7 @@ pub enum CodecError {
     TooLarge(usize),
 }
 
-/// Envelope metadata of one record.
+/// Envelope of a version 1 record (no principal).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnvelopeV1 {
     pub event_id: String,
@@ -48,6 +55,35 @@ pub struct EnvelopeV1 {
     pub body: Vec<u8>,
 }
 
+/// Envelope metadata of one record, as version 2 writes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    pub event_id: String,
+    pub chain_key: String,
+    pub time_ms: u64,
+    pub writer: String,
+    pub step: u32,
+    /// The principal whose request caused the record (`agent:hotel`).
+    pub principal: String,
+    pub body_digest: [u8; 32],
+    pub body: Vec<u8>,
+}
+
+impl From<EnvelopeV1> for Envelope {
+    fn from(v: EnvelopeV1) -> Self {
+        Envelope {
+            event_id: v.event_id,
+            chain_key: v.chain_key,
+            time_ms: v.time_ms,
+            writer: v.writer,
+            step: v.step,
+            principal: V1_PRINCIPAL.to_string(),
+            body_digest: v.body_digest,
+            body: v.body,
+        }
+    }
+}
+
 /// A decoded record: envelope metadata plus the event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
@@ -56,6 +92,7 @@ pub struct Record {
     pub time_ms: u64,
     pub writer: String,
     pub step: u32,
+    pub principal: String,
     pub body_digest: [u8; 32],
     pub event: LedgerEvent,
 }
@@ -114,7 +151,7 @@ pub fn decode_body(bytes: &[u8]) -> Result<LedgerEvent, CodecError> {
     Ok(ev)
 }
 
-/// Encode a full record.
+/// Encode a full record caused by the operator.
 pub fn encode(
     event: &LedgerEvent,
     event_id: &str,
@@ -123,13 +160,35 @@ pub fn encode(
     writer: &str,
     step: u32,
 ) -> Result<Vec<u8>, CodecError> {
+    encode_by(
+        event,
+        event_id,
+        chain_key,
+        time_ms,
+        writer,
+        step,
+        V1_PRINCIPAL,
+    )
+}
+
+/// Encode a full record caused by `principal`.
+pub fn encode_by(
+    event: &LedgerEvent,
+    event_id: &str,
+    chain_key: &str,
+    time_ms: u64,
+    writer: &str,
+    step: u32,
+    principal: &str,
+) -> Result<Vec<u8>, CodecError> {
     let body = encode_body(event)?;
-    let env = EnvelopeV1 {
+    let env = Envelope {
         event_id: event_id.to_string(),
         chain_key: chain_key.to_string(),
         time_ms,
         writer: writer.to_string(),
         step,
+        principal: principal.to_string(),
         body_digest: sha256(&body),
         body,
     };
@@ -142,18 +201,28 @@ pub fn encode(
     Ok(out)
 }
 
-/// Decode the envelope only, checking the schema version but not the body.
-pub fn decode_envelope(bytes: &[u8]) -> Result<EnvelopeV1, CodecError> {
+/// The schema version of a record, when this build reads it.
+fn version_of(bytes: &[u8]) -> Result<u16, CodecError> {
     if bytes.len() < 2 {
         return Err(CodecError::TooShort(bytes.len()));
     }
-    let version = u16::from_le_bytes([bytes[0], bytes[1]]);
-    if version != SCHEMA_VERSION {
-        return Err(CodecError::UnknownSchemaVersion { found: version });
+    match u16::from_le_bytes([bytes[0], bytes[1]]) {
+        v @ (1 | 2) => Ok(v),
+        found => Err(CodecError::UnknownSchemaVersion { found }),
     }
-    let (env, used): (EnvelopeV1, usize) =
-        bincode::serde::decode_from_slice(&bytes[2..], record_config())
-            .map_err(|e| CodecError::BadEnvelope(e.to_string()))?;
+}
+
+/// Decode the envelope only, checking the schema version but not the body.
+pub fn decode_envelope(bytes: &[u8]) -> Result<Envelope, CodecError> {
+    let bad = |e: bincode::error::DecodeError| CodecError::BadEnvelope(e.to_string());
+    let (env, used): (Envelope, usize) = match version_of(bytes)? {
+        1 => {
+            let (v1, used): (EnvelopeV1, usize) =
+                bincode::serde::decode_from_slice(&bytes[2..], record_config()).map_err(bad)?;
+            (v1.into(), used)
+        }
+        _ => bincode::serde::decode_from_slice(&bytes[2..], record_config()).map_err(bad)?,
+    };
     if used != bytes.len() - 2 {
         return Err(CodecError::BadEnvelope(format!(
             "{} trailing bytes after the envelope",
@@ -181,6 +250,24 @@ struct EnvelopeRefV1<'a> {
     body: &'a [u8],
 }
 
+#[cfg(test)]
+#[derive(Deserialize)]
+struct EnvelopeRefV2<'a> {
+    #[serde(borrow)]
+    _event_id: &'a str,
+    #[serde(borrow)]
+    _chain_key: &'a str,
+    _time_ms: u64,
+    #[serde(borrow)]
+    _writer: &'a str,
+    _step: u32,
+    #[serde(borrow)]
+    _principal: &'a str,
+    body_digest: [u8; 32],
+    #[serde(borrow, with = "serde_bytes_ref")]
+    body: &'a [u8],
+}
+
 // bincode writes a Vec<u8> as a length and the bytes; read it back borrowed.
 #[cfg(test)]
 mod serde_bytes_ref {
@@ -193,14 +280,8 @@ mod serde_bytes_ref {
 /// body: what `verify` needs of every record, at hashing speed. Returns the
 /// body's length (the body is the record's last field).
 pub fn check_digest(bytes: &[u8]) -> Result<usize, CodecError> {
-    if bytes.len() < 2 {
-        return Err(CodecError::TooShort(bytes.len()));
-    }
-    let version = u16::from_le_bytes([bytes[0], bytes[1]]);
-    if version != SCHEMA_VERSION {
-        return Err(CodecError::UnknownSchemaVersion { found: version });
-    }
-    let (body_digest, body) = envelope_body(&bytes[2..])?;
+    let version = version_of(bytes)?;
+    let (body_digest, body) = envelope_body(&bytes[2..], version)?;
     let found = sha256(body);
     if found != body_digest {
         return Err(CodecError::DigestMismatch {
@@ -217,7 +298,7 @@ pub fn check_digest(bytes: &[u8]) -> Result<usize, CodecError> {
 /// bincode's standard configuration (little-endian varints: a byte below
 /// 251, or 251/252/253 followed by a u16/u32/u64), pinned by
 /// `envelope_walk_agrees_with_bincode`.
-fn envelope_body(bytes: &[u8]) -> Result<([u8; 32], &[u8]), CodecError> {
+fn envelope_body(bytes: &[u8], version: u16) -> Result<([u8; 32], &[u8]), CodecError> {
     let bad = |what: &str| CodecError::BadEnvelope(format!("{what} is cut short or malformed"));
     let mut at = 0usize;
     let varint = |at: &mut usize, what: &str| -> Result<u64, CodecError> {
@@ -253,6 +334,9 @@ fn envelope_body(bytes: &[u8]) -> Result<([u8; 32], &[u8]), CodecError> {
     varint(&mut at, "time_ms")?;
     skip_bytes(&mut at, "writer")?;
     varint(&mut at, "step")?;
+    if version >= 2 {
+        skip_bytes(&mut at, "principal")?;
+    }
     let digest: [u8; 32] = bytes
         .get(at..at + 32)
         .and_then(|d| d.try_into().ok())
@@ -286,6 +370,7 @@ pub fn decode_for_projection(bytes: &[u8]) -> Result<Record, CodecError> {
         time_ms: env.time_ms,
         writer: env.writer,
         step: env.step,
+        principal: env.principal,
         body_digest: env.body_digest,
         event,
     })
@@ -676,9 +761,10 @@ mod tests {
             time_ms in proptest::prelude::any::<u64>(),
             writer in ".{0,260}",
             step in proptest::prelude::any::<u32>(),
+            principal in ".{0,300}",
             body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..70_000),
         ) {
-            let env = EnvelopeV1 {
+            let v1 = EnvelopeV1 {
                 event_id,
                 chain_key,
                 time_ms,
@@ -687,8 +773,8 @@ mod tests {
                 body_digest: sha256(&body),
                 body,
             };
-            let bytes = bincode::serde::encode_to_vec(&env, config()).unwrap();
-            let (walked_digest, walked_body) = envelope_body(&bytes).unwrap();
+            let bytes = bincode::serde::encode_to_vec(&v1, config()).unwrap();
+            let (walked_digest, walked_body) = envelope_body(&bytes, 1).unwrap();
             let (decoded, used): (EnvelopeRefV1<'_>, usize) =
                 bincode::serde::borrow_decode_from_slice(&bytes, config()).unwrap();
             proptest::prop_assert_eq!(used, bytes.len());
@@ -696,7 +782,18 @@ mod tests {
             proptest::prop_assert_eq!(walked_body, decoded.body);
             // Every cut of it is an error, never a panic or a wrong body.
             for cut in [0, 1, bytes.len() / 2, bytes.len() - 1] {
-                proptest::prop_assert!(envelope_body(&bytes[..cut]).is_err());
+                proptest::prop_assert!(envelope_body(&bytes[..cut], 1).is_err());
+            }
+            let v2 = Envelope { principal, ..Envelope::from(v1) };
+            let bytes = bincode::serde::encode_to_vec(&v2, config()).unwrap();
+            let (walked_digest, walked_body) = envelope_body(&bytes, 2).unwrap();
+            let (decoded, used): (EnvelopeRefV2<'_>, usize) =
+                bincode::serde::borrow_decode_from_slice(&bytes, config()).unwrap();
+            proptest::prop_assert_eq!(used, bytes.len());
+            proptest::prop_assert_eq!(walked_digest, decoded.body_digest);
+            proptest::prop_assert_eq!(walked_body, decoded.body);
+            for cut in [0, 1, bytes.len() / 2, bytes.len() - 1] {
+                proptest::prop_assert!(envelope_body(&bytes[..cut], 2).is_err());
             }
         }
 
@@ -704,7 +801,8 @@ mod tests {
         fn envelope_walk_never_panics_on_garbage(
             bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400),
         ) {
-            let _ = envelope_body(&bytes);
+            let _ = envelope_body(&bytes, 1);
+            let _ = envelope_body(&bytes, 2);
             let _ = check_digest(&bytes);
         }
     }
@@ -717,22 +815,43 @@ mod tests {
         assert!(err.contains("1 trailing bytes"), "{err}");
     }
 
-    /// Pins the wire format: if this changes, old logs no longer decode.
+    /// Pins the wire format: if this changes, logs already written no
+    /// longer decode.
     #[test]
     fn golden_bytes_run_opened() {
-        let bytes = sample_record();
-        assert_eq!(hex::encode(&bytes), GOLDEN_RUN_OPENED);
-        assert_eq!(decode(&bytes).unwrap().event, sample());
+        let bytes = encode_by(
+            &sample(),
+            "ev-1",
+            "r1",
+            1_700_000_000_000,
+            "w1",
+            0,
+            "agent:hotel",
+        )
+        .unwrap();
+        assert_eq!(hex::encode(&bytes), GOLDEN_RUN_OPENED_V2);
+        let rec = decode(&bytes).unwrap();
+        assert_eq!(rec.event, sample());
+        assert_eq!(rec.principal, "agent:hotel");
     }
 
+    /// Records written before identities (version 1) still read, as the
+    /// operator's.
     #[test]
     fn golden_bytes_decode_from_pinned_hex() {
-        let bytes = hex::decode(GOLDEN_RUN_OPENED).unwrap();
-        let rec = decode(&bytes).unwrap();
-        assert_eq!(rec.event_id, "ev-1");
-        assert_eq!(rec.chain_key, "r1");
-        assert_eq!(rec.time_ms, 1_700_000_000_000);
-        assert_eq!(rec.event, sample());
+        for (hex, principal) in [
+            (GOLDEN_RUN_OPENED, "operator"),
+            (GOLDEN_RUN_OPENED_V2, "agent:hotel"),
+        ] {
+            let bytes = hex::decode(hex).unwrap();
+            let rec = decode(&bytes).unwrap();
+            assert_eq!(rec.event_id, "ev-1");
+            assert_eq!(rec.chain_key, "r1");
+            assert_eq!(rec.time_ms, 1_700_000_000_000);
+            assert_eq!(rec.principal, principal);
+            assert_eq!(rec.event, sample());
+            assert_eq!(decode_envelope(&bytes).unwrap().principal, principal);
+        }
     }
 
     #[test]
@@ -797,5 +916,8 @@ mod tests {
         }
     }
 
+    const GOLDEN_RUN_OPENED_V2: &str = "02000465762d31027231fd0068e5cf8b010000027731000b6167656e743a686f74656c842bc48d019ad99dcf38ef59c9555de0452a4d7478f1a3214c15b4bed1d72e09390102723109646576656c6f706572010d61636d652f706c6174666f726d01027231010000000112617265613a61636d652f706c6174666f726d";
+
+    /// A version 1 record, as the first release wrote it.
     const GOLDEN_RUN_OPENED: &str = "01000465762d31027231fd0068e5cf8b01000002773100842bc48d019ad99dcf38ef59c9555de0452a4d7478f1a3214c15b4bed1d72e09390102723109646576656c6f706572010d61636d652f706c6174666f726d01027231010000000112617265613a61636d652f706c6174666f726d";
 }

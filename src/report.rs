@@ -68,6 +68,7 @@ pub fn collect_trail(
                 time_ms: rec.time_ms,
                 event_id: rec.event_id,
                 writer: rec.writer,
+                principal: rec.principal,
                 event: rec.event,
             },
         ));
@@ -238,7 +239,12 @@ pub fn step_line(run: &str, s: &TrailStep) -> String {
             }
         }
     };
-    format!("{:<22} #{:<3} {body}", shown(run), s.step)
+    format!(
+        "{:<22} #{:<3} {body} (by {})",
+        shown(run),
+        s.step,
+        shown(&s.principal)
+    )
 }
 
 fn short_uri(uri: &str) -> String {
@@ -392,6 +398,7 @@ pub fn step_json(run: &str, s: &TrailStep) -> Value {
         "time_ms": s.time_ms,
         "event_id": s.event_id,
         "writer": s.writer,
+        "by": s.principal,
         "detail": detail,
     })
 }

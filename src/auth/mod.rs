@@ -1,10 +1,12 @@
 //! Identity and authorization: who a caller is ([`principal`]) and what it
 //! may do ([`policy`], a pure function of the grant, the request and facts
-//! from the views). Credentials and their checking live at the network
-//! edge; nothing here touches a store.
+//! from the views, gathered by [`facts`]). Credentials and their checking
+//! live at the network edge.
 
+pub mod facts;
 pub mod policy;
 pub mod principal;
 
+pub use facts::gather;
 pub use policy::{authorize, Action, Facts, Forbidden};
 pub use principal::{BadGrant, BadPrincipal, Grant, Principal};

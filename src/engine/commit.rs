@@ -32,7 +32,15 @@ impl Engine {
         let now = self.now_ms();
         let mut encoded: Vec<Vec<u8>> = Vec::with_capacity(pending.len());
         for p in &pending {
-            let bytes = codec::encode(&p.event, &p.event_id, &p.key, now, &self.opts.writer, p.step)
+            let bytes = codec::encode_by(
+                &p.event,
+                &p.event_id,
+                &p.key,
+                now,
+                &self.opts.writer,
+                p.step,
+                &self.principal,
+            )
                 .map_err(|e| match e {
                     codec::CodecError::TooLarge(size) => LedgerError::from(Refusal::new(Code::TooLarge,
                         format!(

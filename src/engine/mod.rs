@@ -54,6 +54,9 @@ pub struct Engine {
     follow_ups: Vec<String>,
     /// Inside a commit group (see `Engine::begin_group`).
     grouping: bool,
+    /// Whose requests the engine is carrying out: recorded on every record
+    /// it writes (`operator` unless told otherwise).
+    principal: String,
     _lock: Option<File>,
 }
 
@@ -118,6 +121,7 @@ impl Engine {
             attestation: Default::default(),
             follow_ups: Vec::new(),
             grouping: false,
+            principal: crate::codec::V1_PRINCIPAL.to_string(),
             _lock: None,
         }
     }
@@ -146,6 +150,17 @@ impl Engine {
                 .map(|(_, s)| s)
                 .collect(),
         )
+    }
+
+    /// Carry out the following operations for `principal`: every record
+    /// they write names it.
+    pub fn act_as(&mut self, principal: &crate::auth::Principal) {
+        self.principal = principal.to_string();
+    }
+
+    /// Whose requests the engine is carrying out.
+    pub fn principal(&self) -> &str {
+        &self.principal
     }
 
     /// Remove from the content store the bytes that no live reference in

@@ -89,6 +89,7 @@ pub fn evolve(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Evolv
                 state: Run::opened(e, step),
                 closed_at: None,
                 trail: vec![(step, pointer)],
+                opened_by: rec.principal.clone(),
             });
             // A root opening its own chain needs no chain write: while it is
             // alone, its chain is read off its run state. (No chain can be

@@ -47,7 +47,8 @@ pub enum ViewError {
 /// 3: a chain of its root run alone is not stored (read off the run state).
 /// 4: content references and their deadlines (the sweep's index).
 /// 5: a run's domain state apart from where its steps sit in the log.
-pub const VIEWS_FORMAT: u32 = 5;
+/// 6: who opened each run (the principal on its opening record).
+pub const VIEWS_FORMAT: u32 = 6;
 
 /// The deadline of a reference that never expires (an artifact).
 pub const NEVER: u64 = u64::MAX;

@@ -21,6 +21,9 @@ pub struct RunState {
     /// run fits, so its trail costs no view write of its own; later pages
     /// have keys of their own.
     pub trail: TrailPage,
+    /// The principal that opened the run: a task whose master run this is
+    /// has that principal as its master.
+    pub opened_by: String,
 }
 
 impl std::ops::Deref for RunState {
@@ -86,5 +89,7 @@ pub struct TrailStep {
     pub time_ms: u64,
     pub event_id: String,
     pub writer: String,
+    /// The principal whose request caused it.
+    pub principal: String,
     pub event: LedgerEvent,
 }
