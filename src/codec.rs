@@ -750,6 +750,24 @@ mod tests {
         encode(&sample(), "ev-1", "r1", 1_700_000_000_000, "w1", 0).unwrap()
     }
 
+    /// The hand walk finds the digest and body bincode decoded (with the
+    /// bytes it used), and every cut of the bytes is an error, never a
+    /// panic or a wrong body.
+    fn walk_agrees(
+        bytes: &[u8],
+        version: u16,
+        (digest, body, used): ([u8; 32], &[u8], usize),
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        let (walked_digest, walked_body) = envelope_body(bytes, version).unwrap();
+        proptest::prop_assert_eq!(used, bytes.len());
+        proptest::prop_assert_eq!(walked_digest, digest);
+        proptest::prop_assert_eq!(walked_body, body);
+        for cut in [0, 1, bytes.len() / 2, bytes.len() - 1] {
+            proptest::prop_assert!(envelope_body(&bytes[..cut], version).is_err());
+        }
+        Ok(())
+    }
+
     proptest::proptest! {
         /// The hand walk of the envelope finds the same body and digest as
         /// bincode, across the varint widths (strings over 250 bytes, times
@@ -774,27 +792,14 @@ mod tests {
                 body,
             };
             let bytes = bincode::serde::encode_to_vec(&v1, config()).unwrap();
-            let (walked_digest, walked_body) = envelope_body(&bytes, 1).unwrap();
-            let (decoded, used): (EnvelopeRefV1<'_>, usize) =
+            let (d, used): (EnvelopeRefV1<'_>, usize) =
                 bincode::serde::borrow_decode_from_slice(&bytes, config()).unwrap();
-            proptest::prop_assert_eq!(used, bytes.len());
-            proptest::prop_assert_eq!(walked_digest, decoded.body_digest);
-            proptest::prop_assert_eq!(walked_body, decoded.body);
-            // Every cut of it is an error, never a panic or a wrong body.
-            for cut in [0, 1, bytes.len() / 2, bytes.len() - 1] {
-                proptest::prop_assert!(envelope_body(&bytes[..cut], 1).is_err());
-            }
+            walk_agrees(&bytes, 1, (d.body_digest, d.body, used))?;
             let v2 = Envelope { principal, ..Envelope::from(v1) };
             let bytes = bincode::serde::encode_to_vec(&v2, config()).unwrap();
-            let (walked_digest, walked_body) = envelope_body(&bytes, 2).unwrap();
-            let (decoded, used): (EnvelopeRefV2<'_>, usize) =
+            let (d, used): (EnvelopeRefV2<'_>, usize) =
                 bincode::serde::borrow_decode_from_slice(&bytes, config()).unwrap();
-            proptest::prop_assert_eq!(used, bytes.len());
-            proptest::prop_assert_eq!(walked_digest, decoded.body_digest);
-            proptest::prop_assert_eq!(walked_body, decoded.body);
-            for cut in [0, 1, bytes.len() / 2, bytes.len() - 1] {
-                proptest::prop_assert!(envelope_body(&bytes[..cut], 2).is_err());
-            }
+            walk_agrees(&bytes, 2, (d.body_digest, d.body, used))?;
         }
 
         #[test]

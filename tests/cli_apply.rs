@@ -241,15 +241,8 @@ fn corrupted_log_bytes_are_a_clear_error_and_nothing_is_cut() {
 #[test]
 fn a_caller_waiting_on_each_answer_gets_it_before_writing_the_next() {
     use std::io::{BufRead, BufReader, Write};
-    use std::process::Stdio;
     let d = tempfile::tempdir().unwrap();
-    let mut child = bin()
-        .args(["--data", d.path().to_str().unwrap(), "apply", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn_apply(d.path());
     let mut stdin = child.stdin.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let stdout = child.stdout.take().unwrap();

@@ -12,15 +12,10 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const TRIALS: u64 = 24;
 const CHAINS: usize = 40;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_agentledger"))
-}
 
 fn script() -> Vec<Value> {
     let mut ops = vec![
@@ -41,15 +36,7 @@ fn script() -> Vec<Value> {
 }
 
 fn run_apply(dir: &std::path::Path, ops: &[Value]) -> Vec<Value> {
-    let mut child = bin()
-        .arg("--data")
-        .arg(dir)
-        .args(["apply", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn_apply(dir);
     let mut stdin = child.stdin.take().unwrap();
     for op in ops {
         writeln!(stdin, "{op}").unwrap();
@@ -71,15 +58,7 @@ fn killed_apply(
     after: usize,
     delay: Duration,
 ) -> Vec<(Value, Value)> {
-    let mut child = bin()
-        .arg("--data")
-        .arg(dir)
-        .args(["apply", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn_apply(dir);
     let mut stdin = child.stdin.take().unwrap();
     // Operations arrive in bursts of 1 to 8 lines: `apply` decides each
     // burst it has read ahead as one commit group, so the kill lands

@@ -343,6 +343,21 @@ pub fn cli(dir: &Path, args: &[&str]) -> (i32, String, String) {
 
 /// Run the binary with `args`, `input` on its standard input: exit code,
 /// stdout, stderr.
+/// `agentledger --data DIR apply -` with stdin and stdout piped, stderr
+/// dropped: for tests that feed it and read it as it runs.
+pub fn spawn_apply(dir: &Path) -> std::process::Child {
+    use std::process::Stdio;
+    Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .arg("--data")
+        .arg(dir)
+        .args(["apply", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 pub fn cli_with_input(args: &[String], input: &str) -> (i32, String, String) {
     use std::io::Write as _;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentledger"))
