@@ -99,6 +99,11 @@ codes! {
     UnknownBlob = "unknown_blob",
     BlobMissing = "blob_missing",
     MediaTypeMismatch = "media_type_mismatch",
+    // Identity.
+    /// No credential, or one that is unknown, revoked or expired (HTTP 401).
+    Unauthenticated = "unauthenticated",
+    /// The caller is known but may not do what it asked (HTTP 403).
+    Forbidden = "forbidden",
     // The machine's failures, not the caller's.
     LogError = "log_error",
     /// Another process holds the data dir.

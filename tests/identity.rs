@@ -111,3 +111,124 @@ fn the_facts_of_a_request_come_from_who_opened_what() {
         "platform:acme"
     );
 }
+
+fn apply_as(
+    dir: &std::path::Path,
+    who: &[&str],
+    ops: &[serde_json::Value],
+) -> (i32, Vec<serde_json::Value>, String) {
+    let mut args = vec![
+        "--data".to_string(),
+        dir.display().to_string(),
+        "apply".into(),
+        "-".into(),
+    ];
+    args.extend(who.iter().map(|s| s.to_string()));
+    let input: String = ops.iter().map(|o| format!("{o}\n")).collect();
+    let (code, out, err) = common::cli_with_input(&args, &input);
+    let answers = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (code, answers, err)
+}
+
+/// `apply --as` carries out requests as that principal: what the policy
+/// does not allow is refused `forbidden` and writes nothing; what it does
+/// is recorded as that principal's.
+#[test]
+fn apply_as_a_principal_is_held_to_what_it_may_do() {
+    let d = tempfile::tempdir().unwrap();
+    let acme = ["--as", "platform:acme", "--scope", "acme/travel"];
+    let (code, a, err) = apply_as(
+        d.path(),
+        &acme,
+        &[
+            json!({"op":"publish_agent","agent":"planner","scope":"acme/travel"}),
+            json!({"op":"publish_agent","agent":"hotel","scope":"acme/travel/inns"}),
+            json!({"op":"publish_agent","agent":"cfo","scope":"acme/finance"}),
+            json!({"op":"open_run","run":"m1","agent":"planner"}),
+            json!({"op":"open_run","run":"h1","agent":"hotel"}),
+            json!({"op":"open_task","task":"t1","run":"m1","task_context":{
+                "TaskID":"T1","UserQuery":"q","TaskName":"n","TaskDescription":"d","GoalStatus":[],"OverallStatus":"open"}}),
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    let codes: Vec<&str> = a
+        .iter()
+        .map(|a| a["error"]["code"].as_str().unwrap_or("ok"))
+        .collect();
+    assert_eq!(codes, ["ok", "ok", "forbidden", "ok", "ok", "ok"]);
+    assert!(
+        a[2]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("acme/finance"),
+        "{}",
+        a[2]
+    );
+
+    // The hotel agent closes its own run, not the planner's, and reads
+    // nothing as another agent.
+    let (_, a, _) = apply_as(
+        d.path(),
+        &["--as", "agent:hotel"],
+        &[
+            json!({"op":"close_run","run":"m1","status":"succeeded"}),
+            json!({"op":"get_context","task":"t1","agent":"planner"}),
+            json!({"op":"open_run","run":"h2","agent":"hotel"}),
+            json!({"op":"close_run","run":"h1","status":"succeeded"}),
+        ],
+    );
+    let codes: Vec<&str> = a
+        .iter()
+        .map(|a| a["error"]["code"].as_str().unwrap_or("ok"))
+        .collect();
+    assert_eq!(codes, ["forbidden", "forbidden", "forbidden", "ok"]);
+
+    // Another platform is not the task's master.
+    let (_, a, _) = apply_as(
+        d.path(),
+        &["--as", "platform:globex", "--scope", "acme/travel"],
+        &[json!({"op":"put_blob","task":"t1","content":"x"})],
+    );
+    assert_eq!(a[0]["error"]["code"], "forbidden", "{}", a[0]);
+
+    // Nothing refused was written; what was done is recorded as whose it was.
+    let l = Ledger::open(d.path());
+    assert!(l.engine.views().agent("cfo").unwrap().is_none());
+    assert!(l.engine.views().run("h2").unwrap().is_none());
+    assert!(l
+        .engine
+        .views()
+        .run("m1")
+        .unwrap()
+        .unwrap()
+        .status
+        .is_none());
+    let by: Vec<String> = l
+        .engine
+        .trail("h1", false)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.principal)
+        .collect();
+    assert_eq!(by, ["platform:acme", "agent:hotel"]);
+}
+
+#[test]
+fn apply_as_says_what_is_wrong_with_a_principal() {
+    let d = tempfile::tempdir().unwrap();
+    for (who, says) in [
+        (&["--as", "root"][..], "not one of operator"),
+        (&["--as", "platform:acme"][..], "at least one scope"),
+        (
+            &["--as", "agent:hotel", "--scope", "acme"][..],
+            "takes no scopes",
+        ),
+    ] {
+        let (code, _, err) = apply_as(d.path(), who, &[json!({"op":"dispatch"})]);
+        assert_eq!(code, 2, "{who:?}: {err}");
+        assert!(err.contains(says), "{who:?}: {err}");
+    }
+}

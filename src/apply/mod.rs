@@ -138,8 +138,25 @@ pub fn apply_stream(
     output: &mut impl Write,
     max_line: usize,
 ) -> std::io::Result<ApplySummary> {
+    apply_stream_as(
+        engine,
+        &crate::auth::Grant::operator(),
+        input,
+        output,
+        max_line,
+    )
+}
+
+/// [`apply_stream`] with every line a request made by `grant`.
+pub fn apply_stream_as(
+    engine: &mut Engine,
+    grant: &crate::auth::Grant,
+    input: &mut impl ReadAhead,
+    output: &mut impl Write,
+    max_line: usize,
+) -> std::io::Result<ApplySummary> {
     apply_stream_with(input, output, max_line, MAX_GROUP_LINES, |lines| {
-        let group = protocol::reply_group(engine, lines, None::<fn(&mut Engine)>);
+        let group = protocol::reply_group(engine, grant, lines, None::<fn(&mut Engine)>);
         Ok(group
             .answered
             .into_iter()

@@ -15,7 +15,7 @@ mod inspect;
 mod remote;
 mod serve;
 
-use agentledger::apply::{apply_stream, apply_stream_with, MAX_LINE_BYTES};
+use agentledger::apply::{apply_stream_as, apply_stream_with, MAX_LINE_BYTES};
 use agentledger::engine::{DataDir, Engine, EngineOptions};
 use agentledger::log::embedded::EmbeddedLog;
 use agentledger::log::kafka::{KafkaConfig, KafkaLog};
@@ -82,6 +82,15 @@ pub enum Command {
         /// Longest accepted line in bytes.
         #[arg(long, default_value_t = MAX_LINE_BYTES)]
         max_line_bytes: usize,
+        /// Act as this principal (operator, platform:NAME, agent:NAME,
+        /// auditor, consumer): what it may not do is refused `forbidden`,
+        /// and what it does is recorded as its.
+        #[arg(long = "as", value_name = "PRINCIPAL")]
+        as_principal: Option<String>,
+        /// A scope granted to the principal of `--as` (platforms need one;
+        /// repeatable).
+        #[arg(long = "scope", value_name = "SCOPE", requires = "as_principal")]
+        scopes: Vec<String>,
     },
     /// Show the trail of a run (or of its whole chain).
     Trail {
@@ -354,7 +363,17 @@ fn run_command(cli: Cli) -> Result<i32> {
         Command::Apply {
             file,
             max_line_bytes,
+            as_principal,
+            scopes,
         } => {
+            let grant = match as_principal {
+                None => agentledger::auth::Grant::operator(),
+                Some(p) => agentledger::auth::Grant::new(
+                    p.parse().map_err(|e| anyhow::anyhow!("--as: {e}"))?,
+                    scopes.clone(),
+                )
+                .map_err(|e| anyhow::anyhow!("--as {p}: {e}"))?,
+            };
             // Read ahead generously: the lines already read are decided
             // as one commit group.
             let source: Box<dyn std::io::Read> = if file == "-" {
@@ -366,6 +385,13 @@ fn run_command(cli: Cli) -> Result<i32> {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             let summary = if let Some(server) = remote::server_for(&cli)? {
+                if as_principal.is_some() {
+                    anyhow::bail!(
+                        "--as acts on the data dir itself; a server is running on it ({}), \
+                         and its callers' identities come from their credentials",
+                        server.url()
+                    );
+                }
                 // Through a server: the lines read ahead go in one body.
                 apply_stream_with(&mut input, &mut out, *max_line_bytes, 256, |lines| {
                     server.ops(lines)
@@ -373,8 +399,9 @@ fn run_command(cli: Cli) -> Result<i32> {
                 .context("reading input, asking the server or writing answers")?
             } else {
                 let mut engine = open_engine(&cli)?;
-                let summary = apply_stream(&mut engine, &mut input, &mut out, *max_line_bytes)
-                    .context("reading input or writing answers")?;
+                let summary =
+                    apply_stream_as(&mut engine, &grant, &mut input, &mut out, *max_line_bytes)
+                        .context("reading input or writing answers")?;
                 engine.flush()?;
                 summary
             };

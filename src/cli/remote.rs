@@ -35,6 +35,11 @@ pub fn server_for(cli: &Cli) -> Result<Option<Server>> {
 }
 
 impl Server {
+    /// Where the server answers.
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+
     fn new(url: &str) -> Result<Server> {
         let client = reqwest::blocking::Client::builder()
             .timeout(Duration::from_secs(120))

@@ -4,8 +4,9 @@
 
 use super::answer::*;
 use super::request::*;
+use crate::auth::{authorize, Action, Grant, Principal};
 use crate::engine::{CloseRun, Engine, PublishAgent};
-use crate::error::{Code, LedgerError};
+use crate::error::{Code, LedgerError, Refusal};
 use crate::model::RunStatus;
 use serde_json::Value;
 
@@ -255,7 +256,36 @@ fn decide_fresh(engine: &mut Engine, request: &Request) -> Result<Answer, OpErro
 /// The reply to one request's JSON, and whether a failure (if any) was the
 /// machine's rather than the caller's.
 pub fn reply(engine: &mut Engine, v: &Value) -> (Reply, bool) {
-    match parse_request(v).and_then(|r| answer(engine, &r)) {
+    reply_as(engine, &Grant::operator(), v)
+}
+
+/// The reply to one request made by `grant`: what the policy does not
+/// allow is answered `forbidden` and carried out not at all; the rest is
+/// carried out with records naming the principal.
+pub fn reply_as(engine: &mut Engine, grant: &Grant, v: &Value) -> (Reply, bool) {
+    let allowed = |engine: &mut Engine, request: &Request| -> Result<(), OpError> {
+        if grant.principal == Principal::Operator {
+            return Ok(());
+        }
+        // Decide who may on views that have seen everything: a run another
+        // instance opened must not look absent (absent facts allow, and
+        // leave the refusal to the operation).
+        if !engine.refresh()? {
+            engine.catch_up(&|_| {})?;
+        }
+        let facts = crate::auth::gather(engine.views(), request)
+            .map_err(|e| OpError::Ledger(LedgerError::from(e)))?;
+        authorize(grant, Action::Op(request), &facts)
+            .map_err(|f| OpError::Ledger(Refusal::new(Code::Forbidden, f.to_string()).into()))
+    };
+    let result = parse_request(v).and_then(|request| {
+        allowed(engine, &request)?;
+        engine.act_as(&grant.principal);
+        let done = answer(engine, &request);
+        engine.act_as(&Principal::Operator);
+        done
+    });
+    match result {
         Ok(done) => (Reply::Done(done), false),
         Err(e) => (Reply::Failed(e.failure()), e.is_machine()),
     }

@@ -3,10 +3,11 @@
 //! and answered only after that. `apply` and the server both answer this
 //! way, so an operation's answer never depends on how it arrived.
 
+use crate::auth::Grant;
 use crate::codes::Code;
 use crate::engine::Engine;
 use crate::error::LedgerError;
-use crate::protocol::{reply, Failure, Reply};
+use crate::protocol::{reply_as, Failure, Reply};
 use serde_json::Value;
 
 /// One request line as received: its JSON, or the failure its bytes
@@ -36,12 +37,13 @@ pub struct Group<T> {
     pub durable: Result<(), LedgerError>,
 }
 
-/// Decide `lines` in order as one commit group, then run `then` inside the
-/// same group (the serve loop's dispatch sweep) unless an operation found
-/// the log failing. After a machine failure the remaining lines are not
-/// applied and say why.
+/// Decide `lines`, requests made by `grant`, in order as one commit group,
+/// then run `then` inside the same group (the serve loop's dispatch sweep)
+/// unless an operation found the log failing. After a machine failure the
+/// remaining lines are not applied and say why.
 pub fn reply_group<T>(
     engine: &mut Engine,
+    grant: &Grant,
     lines: impl IntoIterator<Item = Line>,
     then: Option<impl FnOnce(&mut Engine) -> T>,
 ) -> Group<T> {
@@ -65,7 +67,7 @@ pub fn reply_group<T>(
             },
             (Ok(v), None) => {
                 let op = v["op"].as_str().map(str::to_string);
-                let (reply, machine) = reply(engine, &v);
+                let (reply, machine) = reply_as(engine, grant, &v);
                 if let (true, Reply::Failed(f)) = (machine, &reply) {
                     stopped = Some(f.error.message.clone());
                 }

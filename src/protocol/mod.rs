@@ -11,6 +11,6 @@ pub mod request;
 pub mod schema;
 
 pub use answer::*;
-pub use execute::{answer, execute, parse_request, reply, validate, OpError};
+pub use execute::{answer, execute, parse_request, reply, reply_as, validate, OpError};
 pub use group::{reply_group, Answered, Group, Line};
 pub use request::*;

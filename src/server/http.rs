@@ -97,8 +97,9 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// The HTTP status of a failure: 400 for requests that are not well
-/// formed, 409 when the ledger already holds what the request would
-/// create, 422 for other refusals, 413 over a size limit, 503 when the
+/// formed, 401 without a valid credential, 403 when the caller may not,
+/// 409 when the ledger already holds what the request would create, 422
+/// for other refusals, 413 over a size limit, 503 when the
 /// log cannot be used (or the server is overloaded), 504 on timeout, 500
 /// for damage.
 pub fn status_of(code: Code) -> StatusCode {
@@ -114,6 +115,8 @@ pub fn status_of(code: Code) -> StatusCode {
             StatusCode::SERVICE_UNAVAILABLE
         }
         Timeout => StatusCode::GATEWAY_TIMEOUT,
+        Unauthenticated => StatusCode::UNAUTHORIZED,
+        Forbidden => StatusCode::FORBIDDEN,
         CorruptRecord | ViewError | ContentStoreError | InternalError | SchemaUnavailable => {
             StatusCode::INTERNAL_SERVER_ERROR
         }
