@@ -101,9 +101,11 @@ fn open_db(dir: &Path) -> Result<sled::Db, ViewError> {
             }
             other => {
                 let db = other?;
-                // sled made its files with the umask's mode.
-                crate::private_files::restrict_tree(dir)
-                    .map_err(|e| ViewError::Sled(sled::Error::Io(e)))?;
+                // sled made its files with the umask's mode. Not fatal: a
+                // reader that does not own them (an audit) still reads.
+                if let Err(e) = crate::private_files::restrict_tree(dir) {
+                    tracing::warn!("making {} private: {e}", dir.display());
+                }
                 return Ok(db);
             }
         }
