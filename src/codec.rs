@@ -489,6 +489,14 @@ mod tests {
                 }),
             ),
             (
+                "forbidden",
+                LedgerEvent::Forbidden(Forbidden {
+                    run: "run-1".into(),
+                    op: "close_run".into(),
+                    message: "m".into(),
+                }),
+            ),
+            (
                 "read_refused",
                 LedgerEvent::ReadRefused(ReadRefused {
                     run: "run-1".into(),
@@ -674,7 +682,7 @@ mod tests {
                 e => e.kind(),
             })
             .collect();
-        assert_eq!(kinds.len(), 8, "{kinds:?}");
+        assert_eq!(kinds.len(), 9, "{kinds:?}");
     }
 
     /// The bodies of [`every_variant`] as this wire format writes them,
@@ -691,6 +699,10 @@ mod tests {
         (
             "artifact_read",
             "020572756e2d31057061746368abababababababababababababababababababababababababababababababab2a0272310212617265613a61636d652f706c6174666f726d09756e747275737465640109756e74727573746564",
+        ),
+        (
+            "forbidden",
+            "080572756e2d3109636c6f73655f72756e016d",
         ),
         (
             "read_refused",

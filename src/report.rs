@@ -162,6 +162,9 @@ pub fn step_line(run: &str, s: &TrailStep) -> String {
             "read of {:?} REFUSED ({}): {}",
             e.requested, e.code, e.message
         ),
+        LedgerEvent::Forbidden(e) => {
+            format!("{} FORBIDDEN: {}", shown(&e.op), shown(&e.message))
+        }
         LedgerEvent::RunClosed(e) => {
             let arts = if e.artifacts.is_empty() {
                 "no artifacts".to_string()

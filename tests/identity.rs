@@ -194,7 +194,9 @@ fn apply_as_a_principal_is_held_to_what_it_may_do() {
     );
     assert_eq!(a[0]["error"]["code"], "forbidden", "{}", a[0]);
 
-    // Nothing refused was written; what was done is recorded as whose it was.
+    // Nothing refused was carried out; each refusal is a step of the run it
+    // concerned (the task's master run for task operations), as the
+    // caller's; what was done is recorded as whose it was.
     let l = Ledger::open(d.path());
     assert!(l.engine.views().agent("cfo").unwrap().is_none());
     assert!(l.engine.views().run("h2").unwrap().is_none());
@@ -206,6 +208,24 @@ fn apply_as_a_principal_is_held_to_what_it_may_do() {
         .unwrap()
         .status
         .is_none());
+    let refused: Vec<(String, String)> = l
+        .engine
+        .trail("m1", false)
+        .unwrap()
+        .into_iter()
+        .filter_map(|s| match s.event {
+            agentledger::model::LedgerEvent::Forbidden(f) => Some((f.op, s.principal)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            ("close_run".to_string(), "agent:hotel".to_string()),
+            ("get_context".to_string(), "agent:hotel".to_string()),
+            ("put_blob".to_string(), "platform:globex".to_string()),
+        ]
+    );
     let by: Vec<String> = l
         .engine
         .trail("h1", false)
@@ -214,6 +234,13 @@ fn apply_as_a_principal_is_held_to_what_it_may_do() {
         .map(|s| s.principal)
         .collect();
     assert_eq!(by, ["platform:acme", "agent:hotel"]);
+    drop(l);
+    let (_, text, _) = common::cli(d.path(), &["trail", "m1"]);
+    assert!(
+        text.contains("close_run FORBIDDEN: \"agent:hotel may not close_run")
+            && text.contains("(by agent:hotel)"),
+        "{text}"
+    );
 }
 
 #[test]

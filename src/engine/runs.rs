@@ -39,6 +39,29 @@ impl Engine {
         })
     }
 
+    /// Keep a refused request on the trail of `run` when it is open (a
+    /// closed run's trail has ended): who asked (the principal the engine
+    /// acts as), for what, and why not.
+    pub fn record_forbidden(&mut self, run: &str, op: &str, message: &str) -> Result<bool> {
+        let Some(state) = self.views.run(run)? else {
+            return Ok(false);
+        };
+        if !state.is_open() {
+            return Ok(false);
+        }
+        let record = decide::Decided::step(
+            &state,
+            state.next_step,
+            LedgerEvent::Forbidden(Forbidden {
+                run: run.to_string(),
+                op: op.to_string(),
+                message: message.to_string(),
+            }),
+        );
+        self.commit(vec![record])?;
+        Ok(true)
+    }
+
     /// Open a root run (a user started it), or with `legacy_trigger` a run an
     /// older worker opened from an event without recording its chain position.
     pub fn open_run(

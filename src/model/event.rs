@@ -159,6 +159,15 @@ pub struct ArtifactRead {
     pub labels_after: Vec<String>,
 }
 
+/// A request the caller's principal may not make, kept on the trail of the
+/// run it concerned (the principal is on the record's envelope).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Forbidden {
+    pub run: String,
+    pub op: String,
+    pub message: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadRefused {
     pub run: String,
@@ -301,6 +310,8 @@ pub enum LedgerEvent {
     ListenerRefused(ListenerRefused),
     RunDispatched(RunDispatched),
     Context(Box<ContextRecord>),
+    /// Added last: bincode numbers variants by position.
+    Forbidden(Forbidden),
 }
 
 impl LedgerEvent {
@@ -311,6 +322,7 @@ impl LedgerEvent {
             LedgerEvent::RunOpened(e) => Some(&e.run),
             LedgerEvent::ArtifactRead(e) => Some(&e.run),
             LedgerEvent::ReadRefused(e) => Some(&e.run),
+            LedgerEvent::Forbidden(e) => Some(&e.run),
             LedgerEvent::RunClosed(e) => Some(&e.run),
             LedgerEvent::ListenerRefused(e) => Some(&e.source_run),
             LedgerEvent::RunDispatched(e) => Some(&e.run),
@@ -328,6 +340,7 @@ impl LedgerEvent {
             LedgerEvent::ListenerRefused(_) => "listener_refused",
             LedgerEvent::RunDispatched(_) => "run_dispatched",
             LedgerEvent::Context(c) => c.event.kind(),
+            LedgerEvent::Forbidden(_) => "forbidden",
         }
     }
 }

@@ -113,7 +113,8 @@ impl Run {
             LedgerEvent::RunDispatched(_) => self.dispatched = true,
             LedgerEvent::AgentPublished(_)
             | LedgerEvent::RunOpened(_)
-            | LedgerEvent::Context(_) => {}
+            | LedgerEvent::Context(_)
+            | LedgerEvent::Forbidden(_) => {}
         }
     }
 

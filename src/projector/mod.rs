@@ -137,6 +137,7 @@ pub fn evolve(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Evolv
         }
         LedgerEvent::ArtifactRead(_)
         | LedgerEvent::ReadRefused(_)
+        | LedgerEvent::Forbidden(_)
         | LedgerEvent::ListenerRefused(_) => {}
     }
     // Every later step of a trail moves its run on.

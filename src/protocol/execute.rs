@@ -253,6 +253,31 @@ fn decide_fresh(engine: &mut Engine, request: &Request) -> Result<Answer, OpErro
     }
 }
 
+/// The run whose trail a request concerns: the run it names, or its task's
+/// master run.
+fn involved_run(engine: &Engine, request: &Request) -> Result<Option<String>, OpError> {
+    let task = |task: &str| -> Result<Option<String>, OpError> {
+        Ok(engine
+            .views()
+            .task(task)
+            .map_err(LedgerError::from)?
+            .map(|t| t.master_run))
+    };
+    match request {
+        Request::CloseRun(c) => Ok(Some(c.run.clone())),
+        Request::ReadArtifact(r) => Ok(Some(r.run.clone())),
+        Request::OpenTask(o) => Ok(Some(o.run.clone())),
+        Request::UpdateTask(r) => task(&r.task),
+        Request::PutBlob(r) => task(&r.task),
+        Request::SendContext(r) => task(&r.task),
+        Request::Evaluate(r) => task(&r.task),
+        Request::GetContext(r) => task(&r.task),
+        Request::GetBlob(r) => task(&r.task),
+        Request::ReturnContext(r) => task(&r.task),
+        Request::PublishAgent(_) | Request::OpenRun(_) | Request::Dispatch(_) => Ok(None),
+    }
+}
+
 /// The reply to one request's JSON, and whether a failure (if any) was the
 /// machine's rather than the caller's.
 pub fn reply(engine: &mut Engine, v: &Value) -> (Reply, bool) {
@@ -275,8 +300,20 @@ pub fn reply_as(engine: &mut Engine, grant: &Grant, v: &Value) -> (Reply, bool) 
         }
         let facts = crate::auth::gather(engine.views(), request)
             .map_err(|e| OpError::Ledger(LedgerError::from(e)))?;
-        authorize(grant, Action::Op(request), &facts)
-            .map_err(|f| OpError::Ledger(Refusal::new(Code::Forbidden, f.to_string()).into()))
+        let Err(forbidden) = authorize(grant, Action::Op(request), &facts) else {
+            return Ok(());
+        };
+        // Kept on the trail of the run it concerned, as the caller's.
+        let message = forbidden.to_string();
+        if let Some(run) = involved_run(engine, request)? {
+            engine.act_as(&grant.principal);
+            let recorded = engine.record_forbidden(&run, request.op(), &message);
+            engine.act_as(&Principal::Operator);
+            recorded?;
+        }
+        Err(OpError::Ledger(
+            Refusal::new(Code::Forbidden, message).into(),
+        ))
     };
     let result = parse_request(v).and_then(|request| {
         allowed(engine, &request)?;
