@@ -11,21 +11,7 @@ fn bin() -> Command {
 }
 
 fn apply(dir: &std::path::Path, input: &str, extra: &[&str]) -> (i32, Vec<Value>, String) {
-    let mut args = vec![
-        "--data".to_string(),
-        dir.display().to_string(),
-        "apply".into(),
-        "-".into(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let (code, out, err) = common::cli_with_input(&args, input);
-    let answers = out
-        .lines()
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("answer {l:?} is not JSON: {e}"))
-        })
-        .collect();
-    (code, answers, err)
+    common::apply_answers(dir, input, extra)
 }
 
 const SETUP: &str = r#"{"op":"publish_agent","agent":"developer","scope":"acme/platform","listens":[],"emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]}

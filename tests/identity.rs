@@ -117,20 +117,8 @@ fn apply_as(
     who: &[&str],
     ops: &[serde_json::Value],
 ) -> (i32, Vec<serde_json::Value>, String) {
-    let mut args = vec![
-        "--data".to_string(),
-        dir.display().to_string(),
-        "apply".into(),
-        "-".into(),
-    ];
-    args.extend(who.iter().map(|s| s.to_string()));
     let input: String = ops.iter().map(|o| format!("{o}\n")).collect();
-    let (code, out, err) = common::cli_with_input(&args, &input);
-    let answers = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    (code, answers, err)
+    common::apply_answers(dir, &input, who)
 }
 
 /// `apply --as` carries out requests as that principal: what the policy

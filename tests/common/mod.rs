@@ -381,6 +381,26 @@ pub fn cli_with_input(args: &[String], input: &str) -> (i32, String, String) {
     )
 }
 
+/// `apply -` on a data dir with `extra` arguments, fed `input`: its exit
+/// code, its answers as JSON, and its stderr.
+pub fn apply_answers(dir: &Path, input: &str, extra: &[&str]) -> (i32, Vec<Value>, String) {
+    let mut args = vec![
+        "--data".to_string(),
+        dir.display().to_string(),
+        "apply".into(),
+        "-".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let (code, out, err) = cli_with_input(&args, input);
+    let answers = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("answer {l:?} is not JSON: {e}"))
+        })
+        .collect();
+    (code, answers, err)
+}
+
 /// The code of each answer line (`ok` for an ok answer).
 pub fn answer_codes(answers: &str) -> Vec<String> {
     answers
