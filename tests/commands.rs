@@ -138,6 +138,10 @@ fn demo_plays_the_seed_scenarios_and_leaves_a_ledger_that_verifies() {
     let (code, out, err) = cli(d.path(), &["demo", "--dir", dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(
+        !err.contains("chmod"),
+        "the demo's data dir is private: {err}"
+    );
+    assert!(
         out.contains("dev-0 chain: 9 runs, deepest hop 8 (limit 8)"),
         "{out}"
     );

@@ -63,9 +63,9 @@ fn prepare(dir: &Path) -> Result<()> {
         }
         std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
     }
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(
-        dir.join(MARKER),
+    agentledger::private_files::create_dir_all(dir)?;
+    agentledger::private_files::write(
+        &dir.join(MARKER),
         "made by agentledger demo; safe to delete\n",
     )?;
     Ok(())
