@@ -43,7 +43,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// `clients` threads opening and closing runs for `secs`: (ops/s, latencies ms).
-fn load(url: &str, clients: usize, secs: f64, tag: &str) -> (f64, Vec<f64>) {
+fn load(url: &str, token: &str, clients: usize, secs: f64, tag: &str) -> (f64, Vec<f64>) {
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let workers: Vec<_> = (0..clients)
@@ -51,8 +51,8 @@ fn load(url: &str, clients: usize, secs: f64, tag: &str) -> (f64, Vec<f64>) {
             let url = url.to_string();
             let stop = stop.clone();
             let tag = tag.to_string();
+            let http = client(token);
             std::thread::spawn(move || {
-                let http = reqwest::blocking::Client::new();
                 let mut lat = Vec::new();
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -85,6 +85,16 @@ fn load(url: &str, clients: usize, secs: f64, tag: &str) -> (f64, Vec<f64>) {
     let rate = lat.len() as f64 / started.elapsed().as_secs_f64();
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
     (rate, lat)
+}
+
+/// A client that shows `token` on every request.
+fn client(token: &str) -> reqwest::blocking::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("authorization", format!("Bearer {token}").parse().unwrap());
+    reqwest::blocking::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
 }
 
 fn main() {
@@ -122,28 +132,50 @@ fn main() {
         })
     };
     let url = format!("http://{}", rx.recv().unwrap());
-    let http = reqwest::blocking::Client::new();
-    let publish = json!({"op":"publish_agent","agent":"developer","scope":"acme/platform",
-        "emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]});
-    assert!(http
-        .post(format!("{url}/v1/ops"))
-        .body(publish.to_string())
-        .send()
-        .unwrap()
-        .status()
-        .is_success());
+    let session = std::fs::read_to_string(server::token_file(&data)).unwrap();
+    let http = client(session.trim());
+    let ok = |op: serde_json::Value| {
+        let r = http
+            .post(format!("{url}/v1/ops"))
+            .body(op.to_string())
+            .send()
+            .unwrap();
+        assert!(r.status().is_success());
+        r.json::<serde_json::Value>().unwrap()
+    };
+    ok(
+        json!({"op":"publish_agent","agent":"developer","scope":"acme/platform",
+        "emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]}),
+    );
+    // A platform's token, issued as `token issue` does: each request is
+    // looked up in the views and put through the policy.
+    let platform = agentledger::auth::tokens::generate().unwrap();
+    ok(
+        json!({"op":"issue_token","principal":"platform:acme","scopes":["acme"],
+        "sha256": hex::encode(agentledger::auth::tokens::hash(&platform))}),
+    );
     println!(
-        "{:>8} {:>10} {:>9} {:>9} {:>14}",
-        "clients", "ops/s", "p50 ms", "p99 ms", "ratio to raw"
+        "{:>8} {:>10} {:>10} {:>9} {:>9} {:>14} {:>16}",
+        "clients", "caller", "ops/s", "p50 ms", "p99 ms", "ratio to raw", "token/session"
     );
     for clients in [1usize, 8, 64] {
-        let (rate, lat) = load(&url, clients, secs, &format!("c{clients}"));
-        println!(
-            "{clients:>8} {rate:>10.0} {:>9.2} {:>9.2} {:>14.2}",
-            percentile(&lat, 0.5),
-            percentile(&lat, 0.99),
-            rate / raw
-        );
+        let mut session_rate = f64::NAN;
+        for (caller, token) in [("session", session.trim()), ("platform", platform.as_str())] {
+            let tag = format!("{caller}{clients}");
+            let (rate, lat) = load(&url, token, clients, secs, &tag);
+            let vs = if caller == "session" {
+                session_rate = rate;
+                String::new()
+            } else {
+                format!("{:.2}", rate / session_rate)
+            };
+            println!(
+                "{clients:>8} {caller:>10} {rate:>10.0} {:>9.2} {:>9.2} {:>14.2} {vs:>16}",
+                percentile(&lat, 0.5),
+                percentile(&lat, 0.99),
+                rate / raw
+            );
+        }
     }
     shutdown.store(true, Ordering::SeqCst);
     let summary = server.join().unwrap();

@@ -497,6 +497,22 @@ mod tests {
                 }),
             ),
             (
+                "token_issued",
+                LedgerEvent::TokenIssued(TokenIssued {
+                    id: "tok_0102".into(),
+                    sha256: [0x5a; 32],
+                    principal: "platform:acme".into(),
+                    scopes: vec!["acme".into()],
+                    expires_at_ms: Some(1_700_000_000_000),
+                }),
+            ),
+            (
+                "token_revoked",
+                LedgerEvent::TokenRevoked(TokenRevoked {
+                    id: "tok_0102".into(),
+                }),
+            ),
+            (
                 "read_refused",
                 LedgerEvent::ReadRefused(ReadRefused {
                     run: "run-1".into(),
@@ -682,7 +698,7 @@ mod tests {
                 e => e.kind(),
             })
             .collect();
-        assert_eq!(kinds.len(), 9, "{kinds:?}");
+        assert_eq!(kinds.len(), 11, "{kinds:?}");
     }
 
     /// The bodies of [`every_variant`] as this wire format writes them,
@@ -704,6 +720,8 @@ mod tests {
             "forbidden",
             "080572756e2d3109636c6f73655f72756e016d",
         ),
+        ("token_issued", "0908746f6b5f303130325a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a0d706c6174666f726d3a61636d65010461636d6501fd0068e5cf8b010000"),
+        ("token_revoked", "0a08746f6b5f30313032"),
         (
             "read_refused",
             "030572756e2d31067365637265740f6e6f745f696e5f636f6e7472616374016d",

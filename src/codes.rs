@@ -104,6 +104,8 @@ codes! {
     Unauthenticated = "unauthenticated",
     /// The caller is known but may not do what it asked (HTTP 403).
     Forbidden = "forbidden",
+    /// `revoke_token` names a token never issued.
+    UnknownToken = "unknown_token",
     // The machine's failures, not the caller's.
     LogError = "log_error",
     /// Another process holds the data dir.

@@ -35,6 +35,8 @@ pub enum Query {
     Stats {
         task: String,
     },
+    /// Every token issued: id, principal, scopes, times (never a token).
+    Tokens,
     /// A run's or a chain's records with their covering checkpoints
     /// (checkpointing the tail first, so everything exported is attested).
     Export {
@@ -106,6 +108,7 @@ pub fn answer(engine: &mut Engine, q: &Query, json: bool) -> Result<Said, Ledger
         Query::Agent { name } => agent(engine, name, json),
         Query::Status => status(engine, json),
         Query::Stats { task } => stats(engine, task, json),
+        Query::Tokens => tokens(engine, json),
     };
     match said {
         Err(e) if e.is_refusal() => Ok(Said::refused(e.code(), e.to_string())),
@@ -260,6 +263,59 @@ fn agent(engine: &Engine, name: &str, json: bool) -> Result<Said, LedgerError> {
                 line!(out, "  {t}");
             }
         }
+    }
+    Ok(Said::answered(out))
+}
+
+fn tokens(engine: &mut Engine, json: bool) -> Result<Said, LedgerError> {
+    // Another instance may have issued or revoked one a moment ago.
+    engine.refresh()?;
+    let now = engine.now_ms();
+    let mut out = String::new();
+    let tokens = engine.tokens()?;
+    for t in &tokens {
+        let state = match (t.revoked_at_ms, t.expires_at_ms) {
+            (Some(_), _) => "revoked",
+            (None, Some(at)) if now >= at => "expired",
+            _ => "active",
+        };
+        let time = |ms: Option<u64>| ms.map(report::rfc3339_ms);
+        if json {
+            line!(
+                out,
+                "{}",
+                json!({
+                    "id": t.id,
+                    "principal": t.principal,
+                    "scopes": t.scopes,
+                    "state": state,
+                    "issued_at": report::rfc3339_ms(t.issued_at_ms),
+                    "expires_at": time(t.expires_at_ms),
+                    "revoked_at": time(t.revoked_at_ms),
+                })
+            );
+        } else {
+            let scopes = if t.scopes.is_empty() {
+                String::new()
+            } else {
+                format!(" scopes {}", t.scopes.join(","))
+            };
+            let until = match (t.revoked_at_ms, t.expires_at_ms) {
+                (Some(at), _) => format!(" revoked {}", report::rfc3339_ms(at)),
+                (None, Some(at)) => format!(" expires {}", report::rfc3339_ms(at)),
+                (None, None) => String::new(),
+            };
+            line!(
+                out,
+                "{} {state} {}{scopes} issued {}{until}",
+                t.id,
+                t.principal,
+                report::rfc3339_ms(t.issued_at_ms)
+            );
+        }
+    }
+    if tokens.is_empty() && !json {
+        line!(out, "no tokens issued");
     }
     Ok(Said::answered(out))
 }

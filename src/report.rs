@@ -117,6 +117,8 @@ pub fn step_line(run: &str, s: &TrailStep) -> String {
         LedgerEvent::AgentPublished(v) => {
             format!("published agent {} v{}", shown(&v.agent), v.version)
         }
+        LedgerEvent::TokenIssued(t) => format!("issued token {} for {}", t.id, t.principal),
+        LedgerEvent::TokenRevoked(t) => format!("revoked token {}", t.id),
         LedgerEvent::RunOpened(e) => {
             let pos = match (&e.root, e.hop) {
                 (Some(r), Some(h)) => format!("root {r}, hop {h}"),
@@ -476,9 +478,41 @@ fn parse_rfc3339_utc(s: &str) -> Option<u64> {
     u64::try_from(total * 1000 + ms).ok()
 }
 
+/// Unix milliseconds as a UTC time like 2026-12-02T10:00:00.000Z.
+pub fn rfc3339_ms(ms: u64) -> String {
+    let secs = (ms / 1000) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil from days (proleptic Gregorian), after Howard Hinnant's algorithm.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_print_as_utc_and_read_back() {
+        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+        for ms in [951_782_400_000u64, 4_102_444_799_999, 1_709_164_800_000] {
+            assert_eq!(parse_as_of(&rfc3339_ms(ms)), Ok(AsOf::TimeMs(ms)));
+        }
+    }
 
     #[test]
     fn as_of_parses_offsets_millis_and_utc_times() {

@@ -70,6 +70,11 @@ fn start(data: &Path, kafka: Option<&(String, String)>, extra: &[&str]) -> Serve
                     .trim(),
                 url
             );
+            let token = std::fs::read_to_string(data.join("serve.token")).unwrap();
+            SESSIONS
+                .lock()
+                .unwrap()
+                .insert(url.clone(), token.trim().to_string());
             return Server { child, url, stderr };
         }
         if Instant::now() > deadline {
@@ -81,15 +86,43 @@ fn start(data: &Path, kafka: Option<&(String, String)>, extra: &[&str]) -> Serve
     }
 }
 
-fn http() -> reqwest::blocking::Client {
+/// The session token (the operator's credential) of each server started,
+/// by its URL.
+static SESSIONS: std::sync::Mutex<std::collections::BTreeMap<String, String>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// The operator's `Authorization` header for the server at `url`.
+fn bearer(url: &str) -> String {
+    let base = url
+        .split("/v1/")
+        .next()
+        .unwrap()
+        .replace("ws://", "http://");
+    format!("Bearer {}", SESSIONS.lock().unwrap()[&base])
+}
+
+/// A client that shows the operator's token of the server at `url`.
+fn http(url: &str) -> reqwest::blocking::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("authorization", bearer(url).parse().unwrap());
     reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(60))
+        .default_headers(headers)
         .build()
         .unwrap()
 }
 
+/// A WebSocket request to `ws_url` showing the operator's token.
+fn ws_request(ws_url: &str) -> tungstenite::handshake::client::Request {
+    use tungstenite::client::IntoClientRequest;
+    let mut r = ws_url.into_client_request().unwrap();
+    r.headers_mut()
+        .insert("authorization", bearer(ws_url).parse().unwrap());
+    r
+}
+
 fn post(url: &str, body: &Value) -> (u16, Value) {
-    let r = http()
+    let r = http(url)
         .post(format!("{url}/v1/ops"))
         .header("content-type", "application/json")
         .body(body.to_string())
@@ -253,7 +286,7 @@ fn through_http(url: &str) -> Vec<Value> {
 
 fn through_ws(url: &str) -> Vec<Value> {
     let ws_url = url.replace("http://", "ws://") + "/v1/ws";
-    let (mut ws, _) = tungstenite::connect(ws_url).unwrap();
+    let (mut ws, _) = tungstenite::connect(ws_request(&ws_url)).unwrap();
     let mut send = |v: Value| {
         ws.send(tungstenite::Message::text(v.to_string())).unwrap();
         loop {
@@ -317,7 +350,7 @@ fn kafka_one_scenario_answers_the_same_through_apply_http_and_websocket() {
 fn status_codes_limits_and_ndjson_bodies() {
     let d = tempfile::tempdir().unwrap();
     let s = start(d.path(), None, &["--max-body-bytes", "2000"]);
-    let c = http();
+    let c = http(&s.url);
     let raw = |body: &str, ctype: &str| {
         let r = c
             .post(format!("{}/v1/ops", s.url))
@@ -487,7 +520,7 @@ fn sse_resumes_with_last_event_id_losing_and_repeating_nothing() {
     for i in 0..6 {
         close(i);
     }
-    let c = reqwest::blocking::Client::new();
+    let c = http(&s.url);
     let first = c
         .get(format!("{}/v1/events?from=beginning", s.url))
         .send()
@@ -553,7 +586,9 @@ fn websocket_subscribe_streams_published_events_on_the_same_socket() {
     let url = s.url.replace("http://", "ws://") + "/v1/ws";
     rt.block_on(async {
         use tokio_tungstenite::tungstenite::Message;
-        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        let (mut ws, _) = tokio_tungstenite::connect_async(ws_request(&url))
+            .await
+            .unwrap();
         let send = |v: Value| Message::text(v.to_string());
         ws.send(send(
             json!({"op":"subscribe","from":"beginning","event":"code.ready"}),
@@ -622,6 +657,72 @@ fn the_cli_goes_through_a_running_server_and_prints_the_same() {
     ].join("\n"));
     assert_eq!(code, 1, "one refusal: {out} {err}");
     assert_eq!(out.lines().count(), 4, "{out}");
+    // Acting as another principal is for the data dir itself: through a
+    // server identities come from credentials.
+    let (code, out, err) = common::cli_with_input(
+        &["--data", dir, "apply", "--as", "agent:developer", "-"].map(String::from),
+        &json!({"op":"close_run","run":"r1","status":"failed"}).to_string(),
+    );
+    assert_eq!(code, 2, "{out} {err}");
+    assert!(err.contains("--as acts on the data dir itself"), "{err}");
+    // Tokens issued, listed and revoked through the server; an auditor's
+    // token reads and may not write.
+    let (code, token, err) = common::cli(
+        &data,
+        &[
+            "token",
+            "issue",
+            "--principal",
+            "auditor",
+            "--expires",
+            "1h",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let token = token.trim().to_string();
+    assert!(
+        token.starts_with("alt_") && err.contains("for auditor, until"),
+        "{token} {err}"
+    );
+    let id = agentledger::auth::tokens::id_of(&agentledger::auth::tokens::hash(&token));
+    let as_auditor = |q: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_agentledger"));
+        c.env("AGENTLEDGER_TOKEN", &token)
+            .arg("--data")
+            .arg(&data)
+            .args(q);
+        let out = c.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    assert_eq!(as_auditor(&["status"]).0, Some(0));
+    let (code, err) = as_auditor(&["token", "revoke", &id]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("forbidden: auditor may not revoke_token"),
+        "{err}"
+    );
+    let (code, list, _) = common::cli(&data, &["token", "list"]);
+    assert_eq!(code, 0);
+    assert!(list.contains(&format!("{id} active auditor")), "{list}");
+    assert!(!list.contains(&token));
+    let (code, out, err) = common::cli(&data, &["token", "revoke", &id]);
+    assert_eq!(
+        (code, out.trim()),
+        (0, format!("revoked {id}").as_str()),
+        "{err}"
+    );
+    let (code, err) = as_auditor(&["status"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains(&format!("unauthenticated: token {id} was revoked")),
+        "{err}"
+    );
+    let (code, _, err) = common::cli(&data, &["token", "issue", "--principal", "platform:x"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("a platform needs at least one scope"), "{err}");
     let questions: [&[&str]; 7] = [
         &["trail", "r1"],
         &["--json", "trail", "r1"],
@@ -666,8 +767,8 @@ fn the_cli_goes_through_a_running_server_and_prints_the_same() {
     let status = s.child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
     assert!(
-        !data.join("serve.addr").exists(),
-        "serve.addr is removed on a clean stop"
+        !data.join("serve.addr").exists() && !data.join("serve.token").exists(),
+        "serve.addr and serve.token are removed on a clean stop"
     );
     let text = std::fs::read_to_string(&s.stderr).unwrap();
     assert!(text.contains("stopped cleanly"), "{text}");
@@ -701,10 +802,7 @@ fn sigkill_under_concurrent_writers_loses_nothing_answered() {
             let url = url.clone();
             let stop = stop.clone();
             std::thread::spawn(move || {
-                let c = reqwest::blocking::Client::builder()
-                    .timeout(Duration::from_secs(10))
-                    .build()
-                    .unwrap();
+                let c = http(&url);
                 let mut answered = Vec::new();
                 for i in 0.. {
                     if stop.load(std::sync::atomic::Ordering::SeqCst) {
@@ -769,7 +867,8 @@ fn the_readmes_curl_lines_work_as_written() {
             .split(" # ")
             .next()
             .unwrap()
-            .replace("localhost:8700", &host);
+            .replace("localhost:8700", &host)
+            .replace("./ledger/", &format!("{}/", d.path().display()));
         let follow = cmd.contains("-sN");
         let cmd = if follow {
             format!("{cmd} --max-time 2")
@@ -804,7 +903,7 @@ fn past_its_limits_the_server_says_so_and_applies_nothing() {
         None,
         &["--max-in-flight", "1", "--max-streams", "1"],
     );
-    let c = http();
+    let c = http(&s.url);
     // Too many operations in one body: 413, nothing applied.
     let many: Vec<String> = (0..=agentledger::limits::MAX_OPS_PER_BODY)
         .map(|i| json!({"op":"publish_agent","agent":format!("a{i}"),"scope":"acme/x"}).to_string())
@@ -860,7 +959,7 @@ fn past_its_limits_the_server_says_so_and_applies_nothing() {
     let busy = std::thread::spawn(move || loop {
         // It may itself be turned away while the probe below holds the
         // one slot: retry as a client told Retry-After would.
-        let status = http()
+        let status = http(&url)
             .post(format!("{url}/v1/ops"))
             .header("content-type", "application/x-ndjson")
             .body(long.join("\n"))
@@ -904,7 +1003,7 @@ fn metric(text: &str, name: &str) -> u64 {
 fn the_dispatch_sweep_shares_one_sync_per_partition_with_the_operations() {
     let d = tempfile::tempdir().unwrap();
     let s = start(d.path(), None, &["--poll-ms", "300"]);
-    let c = http();
+    let c = http(&s.url);
     let scrape = || {
         c.get(format!("{}/metrics", s.url))
             .send()
@@ -959,4 +1058,49 @@ fn the_dispatch_sweep_shares_one_sync_per_partition_with_the_operations() {
         syncs <= 16,
         "{syncs} syncs for 80 operations and a sweep of {runs} runs"
     );
+}
+
+/// A token issued through one instance works on another serving the same
+/// Kafka topics, and stops working there once revoked through the first,
+/// within the staleness bound.
+#[test]
+fn kafka_a_token_revoked_on_one_instance_stops_working_on_another() {
+    let d = tempfile::tempdir().unwrap();
+    let k = kafka("server_tokens");
+    let (a_dir, b_dir) = (d.path().join("a"), d.path().join("b"));
+    let _a = start(&a_dir, Some(&k), &[]);
+    let b = start(&b_dir, Some(&k), &[]);
+    let on_a = |args: &[&str]| {
+        let mut all = base_args(&a_dir, Some(&k));
+        all.extend(args.iter().map(|s| s.to_string()));
+        common::cli_with_input(&all, "")
+    };
+    let (code, token, err) = on_a(&["token", "issue", "--principal", "auditor"]);
+    assert_eq!(code, 0, "{err}");
+    let token = token.trim().to_string();
+    let id = agentledger::auth::tokens::id_of(&agentledger::auth::tokens::hash(&token));
+    let status_on_b = || {
+        reqwest::blocking::Client::new()
+            .get(format!("{}/v1/status", b.url))
+            .bearer_auth(&token)
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    // Issued a moment ago on A: B looks again on caught-up views.
+    assert_eq!(status_on_b(), 200);
+    let (code, out, err) = on_a(&["token", "revoke", &id]);
+    assert_eq!(code, 0, "{out} {err}");
+    let revoked = Instant::now();
+    while status_on_b() != 401 {
+        assert!(
+            revoked.elapsed() < Duration::from_secs(10),
+            "B still accepts a token revoked on A"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("revocation took effect on B after {:?}", revoked.elapsed());
+    let stderr_b = std::fs::read_to_string(&b.stderr).unwrap();
+    assert!(!stderr_b.contains(&token));
 }

@@ -35,7 +35,9 @@ pub fn gather(views: &Views, request: &Request) -> Result<Facts, ViewError> {
         | Request::Dispatch(_)
         | Request::GetContext(_)
         | Request::GetBlob(_)
-        | Request::ReturnContext(_) => {}
+        | Request::ReturnContext(_)
+        | Request::IssueToken(_)
+        | Request::RevokeToken(_) => {}
     }
     Ok(facts)
 }

@@ -6,7 +6,9 @@
 pub mod facts;
 pub mod policy;
 pub mod principal;
+pub mod tokens;
 
 pub use facts::gather;
 pub use policy::{authorize, Action, Facts, Forbidden};
 pub use principal::{BadGrant, BadPrincipal, Grant, Principal};
+pub use tokens::Unauthenticated;

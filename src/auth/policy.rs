@@ -63,6 +63,9 @@ pub fn authorize(grant: &Grant, action: Action<'_>, facts: &Facts) -> Result<(),
     let allow_if = |ok: bool, why: &dyn Fn() -> String| if ok { Ok(()) } else { refuse(why()) };
     match (who, action) {
         (Principal::Operator, _) => Ok(()),
+        (_, Action::Op(Request::IssueToken(_) | Request::RevokeToken(_))) => {
+            refuse("only the operator issues and revokes tokens".into())
+        }
         (Principal::Auditor, Action::Read) => Ok(()),
         (Principal::Auditor, _) => refuse("an auditor reads and writes nothing".into()),
         (Principal::Consumer, Action::Events { scope }) => allow_if(
@@ -123,6 +126,9 @@ fn platform_op(
         | Request::GetContext(_)
         | Request::GetBlob(_)
         | Request::ReturnContext(_) => refuse("only the agent concerned does this".into()),
+        Request::IssueToken(_) | Request::RevokeToken(_) => {
+            refuse("only the operator issues and revokes tokens".into())
+        }
     }
 }
 
@@ -159,6 +165,9 @@ fn agent_op(name: &str, r: &Request, facts: &Facts, refuse: &Refuse) -> Result<(
         ),
         Request::PublishAgent(_) | Request::OpenRun(_) | Request::Dispatch(_) => {
             refuse("publishing, opening runs and dispatching are a platform's".into())
+        }
+        Request::IssueToken(_) | Request::RevokeToken(_) => {
+            refuse("only the operator issues and revokes tokens".into())
         }
     }
 }

@@ -14,6 +14,7 @@ mod demo;
 mod inspect;
 mod remote;
 mod serve;
+mod tokens;
 
 use agentledger::apply::{apply_stream_as, apply_stream_with, MAX_LINE_BYTES};
 use agentledger::engine::{DataDir, Engine, EngineOptions};
@@ -70,6 +71,11 @@ pub struct Cli {
     /// is found through <data>/serve.addr.
     #[arg(long, global = true, env = "AGENTLEDGER_SERVER")]
     pub server: Option<String>,
+    /// A file holding the bearer token to show the server (the token may
+    /// also be given in AGENTLEDGER_TOKEN). Without either, the session
+    /// token a server on this data dir wrote to <data>/serve.token is used.
+    #[arg(long, global = true)]
+    pub token_file: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -191,6 +197,12 @@ pub enum Command {
         /// Stop after this many seconds without a new event.
         #[arg(long)]
         idle_exit: Option<u64>,
+    },
+    /// Bearer tokens for the network face (serve --listen): issue, list,
+    /// revoke.
+    Token {
+        #[command(subcommand)]
+        command: tokens::TokenCommand,
     },
     /// Print the JSON Schema (2020-12) of every operation and its reply
     /// (what `schemas/ops.json` holds).
@@ -442,6 +454,7 @@ fn run_command(cli: Cli) -> Result<i32> {
         Command::Status => inspect::ask(&cli, Query::Status),
         Command::Rebuild => rebuild(&cli),
         Command::Demo { dir } => demo::run(dir),
+        Command::Token { command } => tokens::run(&cli, command),
         Command::Schema => {
             outln!(
                 "{}",

@@ -13,14 +13,39 @@ use std::time::Duration;
 pub struct Server {
     base: String,
     client: reqwest::blocking::Client,
+    /// The bearer token every request shows.
+    token: Option<String>,
+}
+
+/// The token to show the server: `AGENTLEDGER_TOKEN`, else the file
+/// `--token-file` names, else the session token a server on this data
+/// dir wrote (the operator's).
+fn token_for(cli: &Cli) -> Result<Option<String>> {
+    if let Ok(t) = std::env::var("AGENTLEDGER_TOKEN") {
+        if !t.trim().is_empty() {
+            return Ok(Some(t.trim().to_string()));
+        }
+    }
+    let (file, named) = match &cli.token_file {
+        Some(f) => (f.clone(), true),
+        None => (agentledger::server::token_file(&cli.data), false),
+    };
+    match std::fs::read_to_string(&file) {
+        Ok(t) => Ok(Some(t.trim().to_string())),
+        Err(e) if named => {
+            Err(e).with_context(|| format!("reading --token-file {}", file.display()))
+        }
+        Err(_) => Ok(None),
+    }
 }
 
 /// The server to go through: `--server`, or the one named in
 /// `serve.addr` if it answers (a server killed outright leaves the file
 /// behind; then the data dir is used directly).
 pub fn server_for(cli: &Cli) -> Result<Option<Server>> {
+    let token = token_for(cli)?;
     if let Some(url) = &cli.server {
-        let s = Server::new(url)?;
+        let s = Server::new(url, token)?;
         if !s.healthy() {
             bail!("--server {url}: no agentledger server answers there");
         }
@@ -30,7 +55,7 @@ pub fn server_for(cli: &Cli) -> Result<Option<Server>> {
     let Ok(text) = std::fs::read_to_string(&file) else {
         return Ok(None);
     };
-    let s = Server::new(text.trim())?;
+    let s = Server::new(text.trim(), token)?;
     Ok(s.healthy().then_some(s))
 }
 
@@ -40,7 +65,7 @@ impl Server {
         &self.base
     }
 
-    fn new(url: &str) -> Result<Server> {
+    fn new(url: &str, token: Option<String>) -> Result<Server> {
         let client = reqwest::blocking::Client::builder()
             .timeout(Duration::from_secs(120))
             .build()
@@ -48,7 +73,22 @@ impl Server {
         Ok(Server {
             base: url.trim_end_matches('/').to_string(),
             client,
+            token,
         })
+    }
+
+    fn get(&self, path: &str) -> reqwest::blocking::RequestBuilder {
+        self.authorized(self.client.get(format!("{}{path}", self.base)))
+    }
+
+    fn authorized(
+        &self,
+        r: reqwest::blocking::RequestBuilder,
+    ) -> reqwest::blocking::RequestBuilder {
+        match &self.token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
     }
 
     fn healthy(&self) -> bool {
@@ -84,6 +124,7 @@ impl Server {
             Query::Agent { name } => format!("/v1/agents/{}", enc(name)),
             Query::Stats { task } => format!("/v1/tasks/{}/stats", enc(task)),
             Query::Status => "/v1/status".to_string(),
+            Query::Tokens => "/v1/tokens".to_string(),
             Query::Export { run, chain, as_of } => {
                 for (k, v) in [
                     ("run", run.clone()),
@@ -98,8 +139,7 @@ impl Server {
             }
         };
         let r = self
-            .client
-            .get(format!("{}{path}", self.base))
+            .get(&path)
             .query(&params)
             .send()
             .with_context(|| format!("asking the server at {}", self.base))?;
@@ -109,8 +149,7 @@ impl Server {
     /// `verify` of the log the server writes.
     pub fn verify(&self, json: bool) -> Result<Said> {
         let r = self
-            .client
-            .get(format!("{}/v1/verify", self.base))
+            .get("/v1/verify")
             .query(&[("format", if json { "json" } else { "text" })])
             .timeout(Duration::from_secs(24 * 3600))
             .send()
@@ -157,8 +196,7 @@ impl Server {
         let mut answered = Vec::new();
         if !ops.is_empty() {
             let r = self
-                .client
-                .post(format!("{}/v1/ops", self.base))
+                .authorized(self.client.post(format!("{}/v1/ops", self.base)))
                 .header("content-type", "application/x-ndjson")
                 .body(body)
                 .send()

@@ -14,6 +14,7 @@ mod open;
 mod options;
 mod registry;
 mod runs;
+mod tokens;
 
 pub use context::{SendAnswer, TaskStats};
 pub use dispatcher::{DispatchAnswer, OpenedListener, RefusedListener, WithheldRun};

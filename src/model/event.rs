@@ -168,6 +168,26 @@ pub struct Forbidden {
     pub message: String,
 }
 
+/// A bearer token the operator issued (registry topic, keyed by its id).
+/// Only the token's SHA-256 is kept: the token itself was printed once to
+/// whoever issued it and is in no record, view or log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenIssued {
+    pub id: String,
+    pub sha256: [u8; 32],
+    /// The principal it authenticates, as `Principal` spells it.
+    pub principal: String,
+    pub scopes: Vec<String>,
+    /// Unix milliseconds after which it no longer authenticates.
+    pub expires_at_ms: Option<u64>,
+}
+
+/// A token withdrawn: from its projection on, every instance refuses it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRevoked {
+    pub id: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadRefused {
     pub run: String,
@@ -312,13 +332,17 @@ pub enum LedgerEvent {
     Context(Box<ContextRecord>),
     /// Added last: bincode numbers variants by position.
     Forbidden(Forbidden),
+    TokenIssued(TokenIssued),
+    TokenRevoked(TokenRevoked),
 }
 
 impl LedgerEvent {
     /// The run whose trail this event is a step of (None for registry records).
     pub fn trail_run(&self) -> Option<&str> {
         match self {
-            LedgerEvent::AgentPublished(_) => None,
+            LedgerEvent::AgentPublished(_)
+            | LedgerEvent::TokenIssued(_)
+            | LedgerEvent::TokenRevoked(_) => None,
             LedgerEvent::RunOpened(e) => Some(&e.run),
             LedgerEvent::ArtifactRead(e) => Some(&e.run),
             LedgerEvent::ReadRefused(e) => Some(&e.run),
@@ -341,6 +365,8 @@ impl LedgerEvent {
             LedgerEvent::RunDispatched(_) => "run_dispatched",
             LedgerEvent::Context(c) => c.event.kind(),
             LedgerEvent::Forbidden(_) => "forbidden",
+            LedgerEvent::TokenIssued(_) => "token_issued",
+            LedgerEvent::TokenRevoked(_) => "token_revoked",
         }
     }
 }

@@ -114,7 +114,9 @@ impl Run {
             LedgerEvent::AgentPublished(_)
             | LedgerEvent::RunOpened(_)
             | LedgerEvent::Context(_)
-            | LedgerEvent::Forbidden(_) => {}
+            | LedgerEvent::Forbidden(_)
+            | LedgerEvent::TokenIssued(_)
+            | LedgerEvent::TokenRevoked(_) => {}
         }
     }
 

@@ -10,7 +10,7 @@ pub use driver::{project_all, project_partition, PROJECT_BATCH};
 
 use crate::codec::Record;
 use crate::model::*;
-use crate::views::{keys, AgentState, RunState, TrailPointer, ViewError, ViewTxn};
+use crate::views::{keys, AgentState, RunState, TokenState, TrailPointer, ViewError, ViewTxn};
 
 /// Where a record sits in the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,8 +32,11 @@ pub enum Evolved {
 
 /// Apply one ledger or registry record to the batch.
 pub fn evolve(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Evolved, ViewError> {
-    if let LedgerEvent::AgentPublished(v) = &rec.event {
-        return evolve_version(txn, v);
+    match &rec.event {
+        LedgerEvent::AgentPublished(v) => return evolve_version(txn, v),
+        LedgerEvent::TokenIssued(t) => return evolve_token_issued(txn, t, rec.time_ms),
+        LedgerEvent::TokenRevoked(t) => return evolve_token_revoked(txn, t, rec.time_ms),
+        _ => {}
     }
     let Some(run_id) = rec.event.trail_run().map(str::to_string) else {
         return Ok(Evolved::Changed);
@@ -83,7 +86,9 @@ pub fn evolve(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Evolv
     }
     let step = rec.step;
     match &rec.event {
-        LedgerEvent::AgentPublished(_) => {}
+        LedgerEvent::AgentPublished(_)
+        | LedgerEvent::TokenIssued(_)
+        | LedgerEvent::TokenRevoked(_) => {}
         LedgerEvent::RunOpened(e) => {
             txn.insert_run(RunState {
                 state: Run::opened(e, step),
@@ -156,6 +161,54 @@ fn hold_content(txn: &mut ViewTxn<'_>, sha256: &[u8; 32], deadline: u64) -> Resu
         txn.put(key, &deadline);
     }
     Ok(())
+}
+
+/// A token issued: found by its hash from now on. The first issue of an id
+/// stands; a second record for it changes nothing.
+fn evolve_token_issued(
+    txn: &mut ViewTxn<'_>,
+    t: &TokenIssued,
+    time_ms: u64,
+) -> Result<Evolved, ViewError> {
+    let id_key = keys::token_id(&t.id);
+    if txn.contains(&id_key)? {
+        return Ok(Evolved::Duplicate);
+    }
+    txn.put(id_key, &t.sha256);
+    txn.put(
+        keys::token(&t.sha256),
+        &TokenState {
+            id: t.id.clone(),
+            principal: t.principal.clone(),
+            scopes: t.scopes.clone(),
+            issued_at_ms: time_ms,
+            expires_at_ms: t.expires_at_ms,
+            revoked_at_ms: None,
+        },
+    );
+    Ok(Evolved::Changed)
+}
+
+/// A token revoked: its state says so (kept, so `token list` shows it).
+fn evolve_token_revoked(
+    txn: &mut ViewTxn<'_>,
+    t: &TokenRevoked,
+    time_ms: u64,
+) -> Result<Evolved, ViewError> {
+    // Revoking was decided on views that held the token, and the registry
+    // is one partition in order: an unknown id is a record replayed alone.
+    let Some(sha) = txn.get::<[u8; 32]>(&keys::token_id(&t.id))? else {
+        return Ok(Evolved::Duplicate);
+    };
+    let key = keys::token(&sha);
+    match txn.get::<TokenState>(&key)? {
+        Some(mut state) if state.revoked_at_ms.is_none() => {
+            state.revoked_at_ms = Some(time_ms);
+            txn.put(key, &state);
+            Ok(Evolved::Changed)
+        }
+        _ => Ok(Evolved::Duplicate),
+    }
 }
 
 fn evolve_version(txn: &mut ViewTxn<'_>, v: &AgentVersion) -> Result<Evolved, ViewError> {

@@ -125,6 +125,8 @@ pub enum Answer {
     GetBlob(BlobGot),
     ReturnContext(ContextReturned),
     Evaluate(Evaluated),
+    IssueToken(TokenIssuedOut),
+    RevokeToken(TokenRevokedOut),
 }
 
 impl Answer {
@@ -148,6 +150,8 @@ impl Answer {
             "get_blob" => Answer::GetBlob(de(v)?),
             "return_context" => Answer::ReturnContext(de(v)?),
             "evaluate" => Answer::Evaluate(de(v)?),
+            "issue_token" => Answer::IssueToken(de(v)?),
+            "revoke_token" => Answer::RevokeToken(de(v)?),
             other => return Err(format!("no operation {other:?}")),
         })
     }
@@ -499,4 +503,21 @@ pub struct Evaluated {
     pub task: String,
     pub subtask: String,
     pub decision: Outcome,
+}
+
+/// `issue_token`: what the token grants (never the token).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenIssuedOut {
+    pub id: String,
+    pub principal: String,
+    pub scopes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+}
+
+/// `revoke_token`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenRevokedOut {
+    pub id: String,
+    pub revoked: bool,
 }

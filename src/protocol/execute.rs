@@ -14,7 +14,7 @@ use serde_json::Value;
 pub enum OpError {
     #[error("{0}")]
     BadRequest(String),
-    #[error("unknown op {0:?}; expected one of publish_agent, open_run, read_artifact, close_run, dispatch, open_task, update_task, put_blob, send_context, get_context, get_blob, return_context, evaluate")]
+    #[error("unknown op {0:?}; expected one of publish_agent, open_run, read_artifact, close_run, dispatch, open_task, update_task, put_blob, send_context, get_context, get_blob, return_context, evaluate, issue_token, revoke_token")]
     UnknownOp(String),
     #[error("{0}")]
     Ledger(#[from] LedgerError),
@@ -104,10 +104,27 @@ fn close_command(r: &CloseRunOp) -> Result<CloseRun, OpError> {
     })
 }
 
+/// The engine's `issue_token` command: the hash spelled as 64 hex digits.
+fn issue_command(r: &IssueTokenOp) -> Result<crate::auth::tokens::IssueToken, OpError> {
+    let mut sha256 = [0u8; 32];
+    hex::decode_to_slice(&r.sha256, &mut sha256).map_err(|_| {
+        OpError::BadRequest(
+            "issue_token: sha256 must be the token's SHA-256 as 64 hex digits".into(),
+        )
+    })?;
+    Ok(crate::auth::tokens::IssueToken {
+        sha256,
+        principal: r.principal.clone(),
+        scopes: r.scopes.clone(),
+        expires_in_s: r.expires_in_s,
+    })
+}
+
 /// Check what serde cannot, before the ledger is asked anything.
 pub fn validate(request: &Request) -> Result<(), OpError> {
     match request {
         Request::CloseRun(r) => close_command(r).map(|_| ()),
+        Request::IssueToken(r) => issue_command(r).map(|_| ()),
         Request::PutBlob(r) => {
             content_bytes("put_blob", r.content.as_deref(), r.content_b64.as_deref())
                 .map(|_| ())
@@ -210,6 +227,22 @@ pub fn execute(engine: &mut Engine, request: &Request) -> Result<Answer, OpError
                 layer1: (&layer1).into(),
             })
         }
+        Request::IssueToken(r) => {
+            let issued = engine.issue_token(&issue_command(r)?)?;
+            Answer::IssueToken(TokenIssuedOut {
+                id: issued.id,
+                principal: issued.principal,
+                scopes: issued.scopes,
+                expires_at_ms: issued.expires_at_ms,
+            })
+        }
+        Request::RevokeToken(r) => {
+            engine.revoke_token(&r.id)?;
+            Answer::RevokeToken(TokenRevokedOut {
+                id: r.id.clone(),
+                revoked: true,
+            })
+        }
         Request::Evaluate(r) => {
             engine.evaluate(&r.task, &r.run, &r.subtask, r.decision, &r.reason)?;
             Answer::Evaluate(Evaluated {
@@ -274,8 +307,22 @@ fn involved_run(engine: &Engine, request: &Request) -> Result<Option<String>, Op
         Request::GetContext(r) => task(&r.task),
         Request::GetBlob(r) => task(&r.task),
         Request::ReturnContext(r) => task(&r.task),
-        Request::PublishAgent(_) | Request::OpenRun(_) | Request::Dispatch(_) => Ok(None),
+        Request::PublishAgent(_)
+        | Request::OpenRun(_)
+        | Request::Dispatch(_)
+        | Request::IssueToken(_)
+        | Request::RevokeToken(_) => Ok(None),
     }
+}
+
+/// A platform's agents see, in loop warnings, what the platform was
+/// granted: the `access` it declares is checked against its grant by the
+/// policy and then replaced by the grant.
+fn as_granted(mut request: Request, grant: &Grant) -> Request {
+    if let (Principal::Platform(_), Request::PublishAgent(p)) = (&grant.principal, &mut request) {
+        p.access = Some(grant.scopes.clone());
+    }
+    request
 }
 
 /// The reply to one request's JSON, and whether a failure (if any) was the
@@ -317,6 +364,7 @@ pub fn reply_as(engine: &mut Engine, grant: &Grant, v: &Value) -> (Reply, bool) 
     };
     let result = parse_request(v).and_then(|request| {
         allowed(engine, &request)?;
+        let request = as_granted(request, grant);
         if grant.principal == Principal::Operator {
             return answer(engine, &request);
         }

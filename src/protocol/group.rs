@@ -37,20 +37,20 @@ pub struct Group<T> {
     pub durable: Result<(), LedgerError>,
 }
 
-/// Decide `lines`, requests made by `grant`, in order as one commit group,
-/// then run `then` inside the same group (the serve loop's dispatch sweep)
-/// unless an operation found the log failing. After a machine failure the
-/// remaining lines are not applied and say why.
-pub fn reply_group<T>(
+/// Decide `lines`, each a request made by the grant beside it (callers
+/// of one group may differ), in order as one commit group, then run `then`
+/// inside the same group (the serve loop's dispatch sweep) unless an
+/// operation found the log failing. After a machine failure the remaining
+/// lines are not applied and say why.
+pub fn reply_group<'g, T>(
     engine: &mut Engine,
-    grant: &Grant,
-    lines: impl IntoIterator<Item = Line>,
+    lines: impl IntoIterator<Item = (&'g Grant, Line)>,
     then: Option<impl FnOnce(&mut Engine) -> T>,
 ) -> Group<T> {
     let mut stopped: Option<String> = None;
     let mut answered = Vec::new();
     engine.begin_group();
-    for line in lines {
+    for (grant, line) in lines {
         let a = match (line, &stopped) {
             (_, Some(why)) => Answered {
                 reply: Reply::Failed(Failure::new(

@@ -28,6 +28,8 @@ pub enum Request {
     GetBlob(GetBlobOp),
     ReturnContext(ReturnContextOp),
     Evaluate(EvaluateOp),
+    IssueToken(IssueTokenOp),
+    RevokeToken(RevokeTokenOp),
 }
 
 /// The `op` of every variant, in declaration order.
@@ -45,6 +47,8 @@ pub const OPS: &[&str] = &[
     "get_blob",
     "return_context",
     "evaluate",
+    "issue_token",
+    "revoke_token",
 ];
 
 impl Request {
@@ -64,6 +68,8 @@ impl Request {
             Request::GetBlob(_) => "get_blob",
             Request::ReturnContext(_) => "return_context",
             Request::Evaluate(_) => "evaluate",
+            Request::IssueToken(_) => "issue_token",
+            Request::RevokeToken(_) => "revoke_token",
         }
     }
 
@@ -94,6 +100,31 @@ pub struct PublishAgentOp {
     /// Artifact reads a run of this version may make.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_budget: Option<u32>,
+}
+
+/// Record a bearer token (operator only). The caller made the token and
+/// sends only its SHA-256: the token itself never reaches the ledger.
+/// `agentledger token issue` does all of this.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IssueTokenOp {
+    /// SHA-256 of the token, 64 hex digits.
+    pub sha256: String,
+    /// operator, platform:NAME, agent:NAME, auditor or consumer.
+    pub principal: String,
+    /// Scopes granted (a platform needs one; a consumer is limited to them).
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// Seconds until it stops authenticating; never when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_in_s: Option<u64>,
+}
+
+/// Withdraw a token (operator only).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RevokeTokenOp {
+    pub id: String,
 }
 
 /// An event a version declares it emits, with the artifacts it exposes.

@@ -29,6 +29,8 @@ pub fn document() -> Value {
             "get_blob" => generator.subschema_for::<Done<BlobGot>>(),
             "return_context" => generator.subschema_for::<Done<ContextReturned>>(),
             "evaluate" => generator.subschema_for::<Done<Evaluated>>(),
+            "issue_token" => generator.subschema_for::<Done<TokenIssuedOut>>(),
+            "revoke_token" => generator.subschema_for::<Done<TokenRevokedOut>>(),
             other => unreachable!("OPS names {other} but no answer type does"),
         };
         replies.insert(

@@ -5,13 +5,15 @@
 //! faults have their own status codes.
 
 use super::events::{self, Cursor, Filter};
-use super::ledger::{Gone, LedgerHandle, Line};
+use super::ledger::{grant_of, Caller, Gone, LedgerHandle, Line};
 use crate::apply::parse_line;
+use crate::auth::{authorize, tokens, Action, Facts};
 use crate::codes::Code;
 use crate::protocol::{Failure, Reply};
 use crate::queries::{self, Query, Said};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{DefaultBodyLimit, Path, Query as QueryParams, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -56,6 +58,10 @@ impl Default for HttpOptions {
 #[derive(Clone)]
 pub struct AppState {
     ledger: LedgerHandle,
+    /// SHA-256 of this server's session token: whoever shows it is the
+    /// operator (it is written into the data dir, readable only by the
+    /// data dir's owner).
+    session: [u8; 32],
     slots: Arc<Semaphore>,
     opts: Arc<HttpOptions>,
     /// Set when the server shuts down: streams end, sockets close.
@@ -65,9 +71,18 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(ledger: LedgerHandle, opts: HttpOptions, stopping: Arc<AtomicBool>) -> Self {
+    /// `session_token` authenticates as the operator (see
+    /// [`crate::server::token_file`]); every other bearer token is looked
+    /// up in the views.
+    pub fn new(
+        ledger: LedgerHandle,
+        opts: HttpOptions,
+        stopping: Arc<AtomicBool>,
+        session_token: &str,
+    ) -> Self {
         AppState {
             ledger,
+            session: tokens::hash(session_token),
             slots: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
             streams: Arc::new(Semaphore::new(opts.max_streams.max(1))),
             opts: Arc::new(opts),
@@ -87,6 +102,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/agents/{name}", get(agent))
         .route("/v1/tasks/{task}/stats", get(stats))
         .route("/v1/status", get(status))
+        .route("/v1/tokens", get(tokens_list))
         .route("/v1/export", get(export))
         .route("/v1/verify", get(verify))
         .route("/metrics", get(metrics))
@@ -136,6 +152,7 @@ fn json_response(status: StatusCode, body: String) -> Response {
 fn failure_response(f: Failure) -> Response {
     let status = status_of(f.error.code);
     let retry = matches!(f.error.code, Code::Overloaded | Code::ShuttingDown);
+    let challenge = f.error.code == Code::Unauthenticated;
     let mut r = json_response(
         status,
         serde_json::to_string(&f).expect("failures serialise"),
@@ -144,7 +161,72 @@ fn failure_response(f: Failure) -> Response {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
+    if challenge {
+        // RFC 6750: say which scheme would be accepted.
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"agentledger\""),
+        );
+    }
     r
+}
+
+/// Who a request comes from, by its `Authorization: Bearer` header: the
+/// operator when it shows the session token, else a token the ledger
+/// thread looks up. No header, or not a bearer one: 401.
+fn caller(s: &AppState, headers: &HeaderMap) -> Result<Caller, Failure> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .map(|v| v.to_str().unwrap_or(""));
+    match tokens::bearer(value) {
+        Ok(sha) if same_secret(&sha, &s.session) => Ok(Caller::Operator),
+        Ok(sha) => Ok(Caller::Token(sha)),
+        Err(u) => Err(Failure::new(Code::Unauthenticated, u.0)),
+    }
+}
+
+/// Compare two hashes in time that does not depend on where they differ.
+fn same_secret(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// What a caller asks for beyond operations.
+#[derive(Debug, Clone)]
+enum Permit {
+    /// The read routes, `/metrics` and `/v1/verify`.
+    Read,
+    /// The published events, limited to a scope when given.
+    Events(Option<String>),
+}
+
+/// Check on the ledger thread (where the tokens' views are) that `caller`
+/// may do `what`: 401 for a token unknown, revoked or expired, 403 when
+/// its principal may not.
+async fn permit(s: &AppState, caller: Caller, what: Permit) -> Result<(), Failure> {
+    let call = s.ledger.call(move |engine| -> Result<(), Failure> {
+        let grant = grant_of(engine, &caller)?;
+        let action = match &what {
+            Permit::Read => Action::Read,
+            Permit::Events(scope) => Action::Events {
+                scope: scope.as_deref(),
+            },
+        };
+        authorize(&grant, action, &Facts::default())
+            .map_err(|f| Failure::new(Code::Forbidden, f.to_string()))
+    });
+    match tokio::time::timeout(s.opts.timeout, call).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(Gone)) => Err(Failure::new(Code::ShuttingDown, Gone.to_string())),
+        Err(_) => Err(timeout_failure(s.opts.timeout)),
+    }
+}
+
+/// `caller` and `permit` in one: the response to send instead when the
+/// request may not go on.
+async fn admitted(s: &AppState, headers: &HeaderMap, what: Permit) -> Result<Caller, Response> {
+    let c = caller(s, headers).map_err(failure_response)?;
+    permit(s, c, what).await.map_err(failure_response)?;
+    Ok(c)
 }
 
 fn with_status(status: StatusCode, f: Failure) -> Response {
@@ -164,14 +246,18 @@ fn gone() -> Response {
     failure_response(Failure::new(Code::ShuttingDown, Gone.to_string()))
 }
 
-fn timed_out(after: Duration) -> Response {
-    failure_response(Failure::new(
+fn timeout_failure(after: Duration) -> Failure {
+    Failure::new(
         Code::Timeout,
         format!(
             "no answer within {} ms; the operation may still be carried out — read the trail before retrying",
             after.as_millis()
         ),
-    ))
+    )
+}
+
+fn timed_out(after: Duration) -> Response {
+    failure_response(timeout_failure(after))
 }
 
 /// Whether the caller prefers one SSE event to a JSON body.
@@ -216,13 +302,17 @@ async fn ops(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let response = ops_inner(&s, &headers, body).await;
+    let response = match caller(&s, &headers) {
+        Ok(c) => ops_inner(&s, c, &headers, body).await,
+        Err(f) => failure_response(f),
+    };
     s.ledger.metrics.http("/v1/ops", response.status().as_u16());
     response
 }
 
 async fn ops_inner(
     s: &AppState,
+    caller: Caller,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -259,8 +349,9 @@ async fn ops_inner(
             ),
         ));
     }
-    let replies = match tokio::time::timeout(s.opts.timeout, s.ledger.ops(lines)).await {
-        Ok(Ok(r)) => r,
+    let replies = match tokio::time::timeout(s.opts.timeout, s.ledger.ops(caller, lines)).await {
+        Ok(Ok(Ok(r))) => r,
+        Ok(Ok(Err(f))) => return failure_response(f),
         Ok(Err(Gone)) => return gone(),
         Err(_) => return timed_out(s.opts.timeout),
     };
@@ -315,8 +406,17 @@ pub struct ReadParams {
 /// The header that carries the CLI's exit code for an answer.
 pub const EXIT_HEADER: &str = "x-agentledger-exit";
 
-async fn ask(s: &AppState, q: Query, params: &ReadParams, route: &'static str) -> Response {
-    let response = ask_inner(s, q, params).await;
+async fn ask(
+    s: &AppState,
+    headers: &HeaderMap,
+    q: Query,
+    params: &ReadParams,
+    route: &'static str,
+) -> Response {
+    let response = match admitted(s, headers, Permit::Read).await {
+        Ok(_) => ask_inner(s, q, params).await,
+        Err(r) => r,
+    };
     s.ledger.metrics.http(route, response.status().as_u16());
     response
 }
@@ -365,6 +465,7 @@ async fn ask_inner(s: &AppState, q: Query, params: &ReadParams) -> Response {
 
 async fn trail(
     State(s): State<AppState>,
+    headers: HeaderMap,
     Path(run): Path<String>,
     QueryParams(p): QueryParams<ReadParams>,
 ) -> Response {
@@ -373,35 +474,64 @@ async fn trail(
         chain: p.chain.unwrap_or(false),
         as_of: p.as_of.clone(),
     };
-    ask(&s, q, &p, "/v1/runs/{run}/trail").await
+    ask(&s, &headers, q, &p, "/v1/runs/{run}/trail").await
 }
 
 async fn chain(
     State(s): State<AppState>,
+    headers: HeaderMap,
     Path(run): Path<String>,
     QueryParams(p): QueryParams<ReadParams>,
 ) -> Response {
-    ask(&s, Query::Chain { run }, &p, "/v1/runs/{run}/chain").await
+    ask(
+        &s,
+        &headers,
+        Query::Chain { run },
+        &p,
+        "/v1/runs/{run}/chain",
+    )
+    .await
 }
 
 async fn agent(
     State(s): State<AppState>,
+    headers: HeaderMap,
     Path(name): Path<String>,
     QueryParams(p): QueryParams<ReadParams>,
 ) -> Response {
-    ask(&s, Query::Agent { name }, &p, "/v1/agents/{name}").await
+    ask(&s, &headers, Query::Agent { name }, &p, "/v1/agents/{name}").await
 }
 
 async fn stats(
     State(s): State<AppState>,
+    headers: HeaderMap,
     Path(task): Path<String>,
     QueryParams(p): QueryParams<ReadParams>,
 ) -> Response {
-    ask(&s, Query::Stats { task }, &p, "/v1/tasks/{task}/stats").await
+    ask(
+        &s,
+        &headers,
+        Query::Stats { task },
+        &p,
+        "/v1/tasks/{task}/stats",
+    )
+    .await
 }
 
-async fn status(State(s): State<AppState>, QueryParams(p): QueryParams<ReadParams>) -> Response {
-    ask(&s, Query::Status, &p, "/v1/status").await
+async fn status(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    QueryParams(p): QueryParams<ReadParams>,
+) -> Response {
+    ask(&s, &headers, Query::Status, &p, "/v1/status").await
+}
+
+async fn tokens_list(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    QueryParams(p): QueryParams<ReadParams>,
+) -> Response {
+    ask(&s, &headers, Query::Tokens, &p, "/v1/tokens").await
 }
 
 /// Query parameters of `/v1/export`.
@@ -418,7 +548,11 @@ pub struct ExportParams {
     format: Option<String>,
 }
 
-async fn export(State(s): State<AppState>, QueryParams(p): QueryParams<ExportParams>) -> Response {
+async fn export(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    QueryParams(p): QueryParams<ExportParams>,
+) -> Response {
     let q = Query::Export {
         run: p.run,
         chain: p.chain,
@@ -428,12 +562,20 @@ async fn export(State(s): State<AppState>, QueryParams(p): QueryParams<ExportPar
         format: p.format,
         ..ReadParams::default()
     };
-    ask(&s, q, &params, "/v1/export").await
+    ask(&s, &headers, q, &params, "/v1/export").await
 }
 
 /// `verify` of the log, read beside the writer (it never blocks the ledger
 /// thread); as long as it takes, without the request timeout.
-async fn verify(State(s): State<AppState>, QueryParams(p): QueryParams<ReadParams>) -> Response {
+async fn verify(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    QueryParams(p): QueryParams<ReadParams>,
+) -> Response {
+    if let Err(r) = admitted(&s, &headers, Permit::Read).await {
+        s.ledger.metrics.http("/v1/verify", r.status().as_u16());
+        return r;
+    }
     let Ok(_slot) = s.slots.clone().try_acquire_owned() else {
         return overloaded(s.opts.max_in_flight);
     };
@@ -460,7 +602,10 @@ async fn verify(State(s): State<AppState>, QueryParams(p): QueryParams<ReadParam
     response
 }
 
-async fn metrics(State(s): State<AppState>) -> Response {
+async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(r) = admitted(&s, &headers, Permit::Read).await {
+        return r;
+    }
     let metrics = s.ledger.metrics.clone();
     // Lags are read on the ledger thread; a busy ledger still gets its
     // counters scraped.
@@ -576,6 +721,10 @@ async fn sse_events(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    if let Err(r) = admitted(&s, &headers, Permit::Events(p.scope.clone())).await {
+        s.ledger.metrics.http("/v1/events", r.status().as_u16());
+        return r;
+    }
     let cursor = match start_cursor(&s, last.as_deref(), p.from.as_deref()) {
         Ok(c) => c,
         Err(f) => return failure_response(f),
@@ -598,12 +747,30 @@ async fn sse_events(
         .into_response()
 }
 
-async fn ws(State(s): State<AppState>, upgrade: WebSocketUpgrade) -> Response {
+async fn ws(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    // Who is asking comes first: a caller without a credential learns
+    // nothing, not even how to upgrade.
+    let caller = match caller(&s, &headers) {
+        Ok(c) => c,
+        Err(f) => {
+            let r = failure_response(f);
+            s.ledger.metrics.http("/v1/ws", r.status().as_u16());
+            return r;
+        }
+    };
+    let upgrade = match upgrade {
+        Ok(u) => u,
+        Err(rejection) => return rejection.into_response(),
+    };
     let max = s.opts.max_body;
     s.ledger.metrics.http("/v1/ws", 101);
     upgrade
         .max_message_size(max)
-        .on_upgrade(move |socket| ws_session(s, socket))
+        .on_upgrade(move |socket| ws_session(s, caller, socket))
 }
 
 /// `{"op":"subscribe", "from": …, "scope": …, "event": …}` on a socket.
@@ -618,10 +785,17 @@ struct Subscribe {
     filter: Filter,
 }
 
+/// Where a socket's subscription starts, once its caller may follow the
+/// events it asks for.
+async fn subscribe_start(s: &AppState, caller: Caller, sub: &Subscribe) -> Result<Cursor, Failure> {
+    permit(s, caller, Permit::Events(sub.filter.scope.clone())).await?;
+    start_cursor(s, None, sub.from.as_deref())
+}
+
 /// One socket: each text message one operation, each answer one message,
 /// in order; after a `subscribe`, published events arrive on it too, as
 /// `{"published": {…}, "id": "<cursor>"}`.
-async fn ws_session(s: AppState, socket: WebSocket) {
+async fn ws_session(s: AppState, caller: Caller, socket: WebSocket) {
     let (mut sink, mut incoming) = socket.split();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Message>(256);
     let writer = tokio::spawn(async move {
@@ -660,7 +834,7 @@ async fn ws_session(s: AppState, socket: WebSocket) {
                     Code::InvalidRequest,
                     format!("subscribe: {e}"),
                 )),
-                Ok(sub) => match start_cursor(&s, None, sub.from.as_deref()) {
+                Ok(sub) => match subscribe_start(&s, caller, &sub).await {
                     Err(f) => Reply::Failed(f),
                     Ok(cursor) => {
                         if let Some(old) = subscription.take() {
@@ -698,10 +872,13 @@ async fn ws_session(s: AppState, socket: WebSocket) {
                     }
                 },
             },
-            line => match tokio::time::timeout(s.opts.timeout, s.ledger.ops(vec![line])).await {
-                Ok(Ok(mut r)) => r.pop().unwrap_or_else(|| {
+            line => match tokio::time::timeout(s.opts.timeout, s.ledger.ops(caller, vec![line]))
+                .await
+            {
+                Ok(Ok(Ok(mut r))) => r.pop().unwrap_or_else(|| {
                     Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string()))
                 }),
+                Ok(Ok(Err(f))) => Reply::Failed(f),
                 Ok(Err(Gone)) => Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string())),
                 Err(_) => Reply::Failed(Failure::new(
                     Code::Timeout,

@@ -5,11 +5,12 @@
 //! decides one operation at a time, so one owner keeps it simple and
 //! correct; the transports only wait for their answers.
 
+use crate::auth::Grant;
 use crate::codes::Code;
 use crate::engine::{DispatchAnswer, Engine};
 use crate::error::LedgerError;
 use crate::log::Log;
-use crate::protocol::{self, Reply};
+use crate::protocol::{self, Failure, Reply};
 use crate::server::metrics::Metrics;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -36,10 +37,37 @@ pub struct LoopOptions {
 
 pub use crate::protocol::Line;
 
+/// Who sent a request, as far as the transport could tell: the operator
+/// (it showed the server's own session token), or the hash of a bearer
+/// token the views are asked about on this thread, where they live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    Operator,
+    Token([u8; 32]),
+}
+
+/// The grant `caller` has: `unauthenticated` for a token unknown, revoked
+/// or expired.
+pub fn grant_of(engine: &mut Engine, caller: &Caller) -> Result<Grant, Failure> {
+    match caller {
+        Caller::Operator => Ok(Grant::operator()),
+        Caller::Token(sha) => match engine.authenticate(sha) {
+            Ok(Ok(grant)) => Ok(grant),
+            Ok(Err(u)) => Err(Failure::new(Code::Unauthenticated, u.0)),
+            Err(e) => Err(Failure::new(e.code(), e.to_string())),
+        },
+    }
+}
+
+/// What a job of operations is answered: one reply per line, or one
+/// failure for all of them (the caller is not authenticated).
+pub type OpsAnswer = Result<Vec<Reply>, Failure>;
+
 enum Job {
     Ops {
+        caller: Caller,
         lines: Vec<Line>,
-        reply: oneshot::Sender<Vec<Reply>>,
+        reply: oneshot::Sender<OpsAnswer>,
     },
     Call(Box<dyn FnOnce(&mut Engine) + Send>),
 }
@@ -63,10 +91,16 @@ pub struct LedgerHandle {
 }
 
 impl LedgerHandle {
-    /// Answer request lines in order, as `apply` would.
-    pub async fn ops(&self, lines: Vec<Line>) -> Result<Vec<Reply>, Gone> {
+    /// Answer request lines from `caller` in order, as `apply` would.
+    pub async fn ops(&self, caller: Caller, lines: Vec<Line>) -> Result<OpsAnswer, Gone> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Job::Ops { lines, reply }).map_err(|_| Gone)?;
+        self.tx
+            .send(Job::Ops {
+                caller,
+                lines,
+                reply,
+            })
+            .map_err(|_| Gone)?;
         rx.await.map_err(|_| Gone)
     }
 
@@ -334,14 +368,22 @@ fn run_jobs(
     match first {
         None => {}
         Some(Job::Call(f)) => after = Some(f),
-        Some(Job::Ops { lines: l, reply }) => {
+        Some(Job::Ops {
+            caller,
+            lines: l,
+            reply,
+        }) => {
             lines += l.len();
-            group.push((l, reply));
+            group.push((caller, l, reply));
             while lines < MAX_GROUP_LINES {
                 match rx.try_recv() {
-                    Ok(Job::Ops { lines: l, reply }) => {
+                    Ok(Job::Ops {
+                        caller,
+                        lines: l,
+                        reply,
+                    }) => {
                         lines += l.len();
-                        group.push((l, reply));
+                        group.push((caller, l, reply));
                     }
                     Ok(Job::Call(f)) => {
                         after = Some(f);
@@ -363,7 +405,7 @@ fn run_jobs(
     Ok(swept)
 }
 
-type OpsJob = (Vec<Line>, oneshot::Sender<Vec<Reply>>);
+type OpsJob = (Caller, Vec<Line>, oneshot::Sender<OpsAnswer>);
 
 fn run_group(
     engine: &mut Engine,
@@ -374,13 +416,24 @@ fn run_group(
 ) -> Result<Option<Result<DispatchAnswer, LedgerError>>, LedgerError> {
     let started = Instant::now();
     let mut senders = Vec::with_capacity(group.len());
+    let mut grants = Vec::with_capacity(group.len());
     let mut lines = Vec::new();
-    for (l, reply) in group {
-        senders.push((l.len(), reply));
-        lines.extend(l);
+    for (caller, l, reply) in group {
+        // A caller that is not authenticated is answered at once, and
+        // nothing of its request is decided or recorded.
+        match grant_of(engine, &caller) {
+            Ok(grant) => {
+                senders.push((l.len(), reply));
+                lines.extend(l.into_iter().map(|line| (grants.len(), line)));
+                grants.push(grant);
+            }
+            Err(f) => {
+                let _ = reply.send(Err(f));
+            }
+        }
     }
-    // Every caller is the operator until credentials are checked.
-    let done = protocol::reply_group(engine, &crate::auth::Grant::operator(), lines, sweep);
+    let lines = lines.into_iter().map(|(i, line)| (&grants[i], line));
+    let done = protocol::reply_group(engine, lines, sweep);
     let took = started.elapsed();
     let mut answered = done.answered.into_iter();
     for (n, reply) in senders {
@@ -395,7 +448,7 @@ fn run_group(
             .collect();
         // The caller may have gone (timeout, disconnect): the operations
         // happened regardless, as with `apply`.
-        let _ = reply.send(replies);
+        let _ = reply.send(Ok(replies));
     }
     // A log that cannot sync cannot be trusted with more: stop serving.
     done.durable?;

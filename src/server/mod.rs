@@ -26,6 +26,15 @@ pub fn addr_file(data: &Path) -> PathBuf {
     data.join("serve.addr")
 }
 
+/// The file in the data dir that holds a running server's session token:
+/// showing it as `Authorization: Bearer` makes a request the operator's.
+/// Made anew at each start, readable only by the data dir's owner (who is
+/// the operator anyway), removed at shutdown; the CLI uses it to go
+/// through the server.
+pub fn token_file(data: &Path) -> PathBuf {
+    data.join("serve.token")
+}
+
 /// Run the serve loop until `shutdown` is set; with `listen`, answer the
 /// network too. `on_listening` is told the bound address (port 0 picks
 /// one). Graceful: the listener closes first, requests in flight are
@@ -75,8 +84,19 @@ fn listen_until(
     let stopping = Arc::new(AtomicBool::new(false));
     // The ledger thread ended on its own (it failed): stop serving too.
     let ledger_ended = handle.ended.clone();
-    let state = http::AppState::new(handle, opts, stopping.clone());
-    runtime.block_on(async {
+    let session = crate::auth::tokens::generate().map_err(|e| {
+        LedgerError::io(
+            "making the session token",
+            std::io::Error::other(e.to_string()),
+        )
+    })?;
+    let token_path = token_file(data);
+    // A fresh file, so that it is created 0600 whatever was there before.
+    let _ = std::fs::remove_file(&token_path);
+    crate::private_files::write(&token_path, format!("{session}\n"))
+        .map_err(|e| LedgerError::io(format!("writing {}", token_path.display()), e))?;
+    let state = http::AppState::new(handle, opts, stopping.clone(), &session);
+    let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| LedgerError::io(format!("listening on {addr}"), e))?;
@@ -105,7 +125,9 @@ fn listen_until(
             .map_err(|e| LedgerError::io("serving HTTP", e));
         let _ = std::fs::remove_file(&file);
         served
-    })?;
+    });
+    let _ = std::fs::remove_file(&token_path);
+    served?;
     // Streams and sockets still open end on their own (they watch
     // `stopping`); do not wait for them.
     runtime.shutdown_timeout(Duration::from_secs(1));

@@ -16,9 +16,11 @@ pub const CURSOR: u8 = b'd';
 pub const TASK: u8 = b'k';
 pub const CHECKPOINTED: u8 = b'x';
 pub const CONTENT_REF: u8 = b'b';
+pub const TOKEN: u8 = b'n';
+pub const TOKEN_ID: u8 = b'i';
 pub const FORMAT: u8 = b'_';
 
-pub const ALL_PREFIXES: [(u8, &str); 12] = [
+pub const ALL_PREFIXES: [(u8, &str); 14] = [
     (OFFSET, "offsets"),
     (AGENT, "agents"),
     (VERSION, "versions"),
@@ -31,6 +33,8 @@ pub const ALL_PREFIXES: [(u8, &str); 12] = [
     (TASK, "tasks"),
     (CHECKPOINTED, "checkpoint_marks"),
     (CONTENT_REF, "content_refs"),
+    (TOKEN, "tokens"),
+    (TOKEN_ID, "token_ids"),
 ];
 
 fn with(prefix: u8, parts: &[&[u8]]) -> Vec<u8> {
@@ -59,6 +63,14 @@ pub fn listener_prefix(event: &str) -> Vec<u8> {
 }
 pub fn listener(event: &str, agent: &str) -> Vec<u8> {
     with(LISTENER, &[event.as_bytes(), &[0], agent.as_bytes()])
+}
+/// A token's state, by the SHA-256 of the token.
+pub fn token(sha256: &[u8; 32]) -> Vec<u8> {
+    with(TOKEN, &[sha256])
+}
+/// A token's SHA-256, by its id.
+pub fn token_id(id: &str) -> Vec<u8> {
+    with(TOKEN_ID, &[id.as_bytes()])
 }
 /// The one key saying which `VIEWS_FORMAT` the views are in.
 pub fn format() -> Vec<u8> {

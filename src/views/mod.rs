@@ -292,6 +292,27 @@ impl Views {
         self.get_typed(&keys::content_ref(sha256))
     }
 
+    /// The token whose SHA-256 is `sha256`.
+    pub fn token(&self, sha256: &[u8; 32]) -> Result<Option<TokenState>, ViewError> {
+        self.get_typed(&keys::token(sha256))
+    }
+
+    /// The SHA-256 of the token with this id.
+    pub fn token_hash(&self, id: &str) -> Result<Option<[u8; 32]>, ViewError> {
+        self.get_typed(&keys::token_id(id))
+    }
+
+    /// Every token issued, revoked and expired ones too, by id.
+    pub fn tokens(&self) -> Result<Vec<TokenState>, ViewError> {
+        let mut all = Vec::new();
+        for entry in self.scan_prefix(&[keys::TOKEN]) {
+            let (k, v) = entry?;
+            all.push(decode::<TokenState>(&k, &v)?);
+        }
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(all)
+    }
+
     /// A task's context-exchange state (R11–R15).
     pub fn task(&self, task: &str) -> Result<Option<crate::context::TaskState>, ViewError> {
         self.get_typed(&keys::task(task))

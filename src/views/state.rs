@@ -10,6 +10,17 @@ pub struct AgentState {
     pub scope: String,
 }
 
+/// A bearer token as the views keep it, found by its SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenState {
+    pub id: String,
+    pub principal: String,
+    pub scopes: Vec<String>,
+    pub issued_at_ms: u64,
+    pub expires_at_ms: Option<u64>,
+    pub revoked_at_ms: Option<u64>,
+}
+
 /// A run as the views keep it: the domain state the rules read, and where
 /// its closing record and its first trail steps sit in the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -31,7 +31,9 @@ type Outgoing = (String, mpsc::Sender<Answer>);
 
 pub struct Wire {
     runtime: tokio::runtime::Runtime,
-    url: String,
+    pub url: String,
+    /// The session token: the operator's credential on this server.
+    pub token: String,
     jobs: Jobs,
     socket: Option<tokio::sync::mpsc::UnboundedSender<Outgoing>>,
     stopping: Arc<AtomicBool>,
@@ -48,10 +50,12 @@ impl Wire {
             .unwrap();
         let (handle, jobs) = channel(engine.log().clone(), Arc::new(Metrics::new()));
         let stopping = Arc::new(AtomicBool::new(false));
+        let token = agentledger::auth::tokens::generate().unwrap();
         let app = router(AppState::new(
             handle,
             HttpOptions::default(),
             stopping.clone(),
+            &token,
         ));
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -61,8 +65,14 @@ impl Wire {
         let socket = (via == Via::WebSocket).then(|| {
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Outgoing>();
             let ws_url = format!("{}/v1/ws", url.replacen("http", "ws", 1));
+            let bearer = format!("Bearer {token}");
             runtime.spawn(async move {
-                let (mut ws, _) = tokio_tungstenite::connect_async(ws_url).await.unwrap();
+                use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+                let mut request = ws_url.into_client_request().unwrap();
+                request
+                    .headers_mut()
+                    .insert("authorization", bearer.parse().unwrap());
+                let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
                 while let Some((text, reply)) = rx.recv().await {
                     ws.send(Message::text(text)).await.unwrap();
                     let answer = loop {
@@ -80,6 +90,7 @@ impl Wire {
         Wire {
             runtime,
             url,
+            token,
             jobs,
             socket,
             stopping,
@@ -89,20 +100,34 @@ impl Wire {
     /// Send one operation and answer the jobs it makes until its answer
     /// comes back: the HTTP status (none on a socket) and the answer.
     pub fn send(&self, engine: &mut Engine, op: &Value) -> (Option<u16>, Value) {
+        self.send_with(engine, op, Some(&self.token.clone()))
+    }
+
+    /// [`Wire::send`] with this bearer token (none: no `Authorization`
+    /// header); over HTTP whatever the wire's transport.
+    pub fn send_with(
+        &self,
+        engine: &mut Engine,
+        op: &Value,
+        bearer: Option<&str>,
+    ) -> (Option<u16>, Value) {
         let (tx, rx) = mpsc::channel();
         match &self.socket {
-            Some(socket) => socket.send((op.to_string(), tx)).unwrap(),
-            None => {
+            Some(socket) if bearer == Some(self.token.as_str()) => {
+                socket.send((op.to_string(), tx)).unwrap()
+            }
+            _ => {
                 let url = format!("{}/v1/ops", self.url);
                 let body = op.to_string();
+                let bearer = bearer.map(|t| format!("Bearer {t}"));
                 self.runtime.spawn(async move {
-                    let r = reqwest::Client::new()
+                    let mut request = reqwest::Client::new()
                         .post(url)
-                        .header("content-type", "application/json")
-                        .body(body)
-                        .send()
-                        .await
-                        .unwrap();
+                        .header("content-type", "application/json");
+                    if let Some(b) = bearer {
+                        request = request.header("authorization", b);
+                    }
+                    let r = request.body(body).send().await.unwrap();
                     let status = r.status().as_u16();
                     let _ = tx.send((Some(status), r.text().await.unwrap()));
                 });
@@ -124,6 +149,56 @@ impl Wire {
                 }
                 Err(mpsc::TryRecvError::Disconnected) => panic!("no answer to {op}"),
             }
+        }
+    }
+}
+
+impl Wire {
+    /// One HTTP request to `path` with this bearer token (none: no
+    /// `Authorization` header), answering the jobs it makes until it is
+    /// answered: the status, and the body unless `stream` (an event
+    /// stream is only opened, then dropped).
+    pub fn request(
+        &self,
+        engine: &mut Engine,
+        method: &str,
+        path: &str,
+        body: Option<String>,
+        bearer: Option<&str>,
+        stream: bool,
+    ) -> (u16, String) {
+        let (tx, rx) = mpsc::channel();
+        let url = format!("{}{path}", self.url);
+        let method: reqwest::Method = method.parse().unwrap();
+        let bearer = bearer.map(|t| format!("Bearer {t}"));
+        self.runtime.spawn(async move {
+            let mut request = reqwest::Client::new().request(method, url);
+            if let Some(b) = bearer {
+                request = request.header("authorization", b);
+            }
+            if let Some(body) = body {
+                request = request
+                    .header("content-type", "application/json")
+                    .body(body);
+            }
+            let r = request.send().await.unwrap();
+            let status = r.status().as_u16();
+            let text = if stream {
+                String::new()
+            } else {
+                r.text().await.unwrap()
+            };
+            let _ = tx.send((status, text));
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            self.jobs
+                .answer_waiting(engine, Duration::from_millis(1))
+                .unwrap();
+            if let Ok(answer) = rx.try_recv() {
+                return answer;
+            }
+            assert!(Instant::now() < deadline, "no answer from {path}");
         }
     }
 }
