@@ -126,12 +126,12 @@ fn main() {
                 Some(("127.0.0.1:0".parse().unwrap(), HttpOptions::default())),
                 &data,
                 shutdown,
-                move |addr| tx.send(addr).unwrap(),
+                move |url: &str| tx.send(url.to_string()).unwrap(),
             )
             .unwrap()
         })
     };
-    let url = format!("http://{}", rx.recv().unwrap());
+    let url = rx.recv().unwrap();
     let session = std::fs::read_to_string(server::token_file(&data)).unwrap();
     let http = client(session.trim());
     let ok = |op: serde_json::Value| {

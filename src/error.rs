@@ -63,6 +63,9 @@ pub enum LedgerError {
         partition: u32,
         offset: u64,
     },
+    /// The listener's certificate or key cannot be used.
+    #[error(transparent)]
+    Tls(#[from] crate::server::tls::TlsError),
     /// A thread of the engine's own failed (a bug).
     #[error("internal: {0}")]
     Internal(&'static str),
@@ -119,7 +122,7 @@ impl LedgerError {
             LedgerError::Views(_) => Code::ViewError,
             LedgerError::Store(_) => Code::ContentStoreError,
             LedgerError::DataDirInUse(_) => Code::DataDirInUse,
-            LedgerError::Io { .. } => Code::IoError,
+            LedgerError::Io { .. } | LedgerError::Tls(_) => Code::IoError,
             LedgerError::Undecodable { .. } | LedgerError::MissingRecord { .. } => {
                 Code::CorruptRecord
             }

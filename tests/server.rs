@@ -97,6 +97,7 @@ fn bearer(url: &str) -> String {
         .split("/v1/")
         .next()
         .unwrap()
+        .replace("wss://", "https://")
         .replace("ws://", "http://");
     format!("Bearer {}", SESSIONS.lock().unwrap()[&base])
 }
@@ -1103,4 +1104,112 @@ fn kafka_a_token_revoked_on_one_instance_stops_working_on_another() {
     eprintln!("revocation took effect on B after {:?}", revoked.elapsed());
     let stderr_b = std::fs::read_to_string(&b.stderr).unwrap();
     assert!(!stderr_b.contains(&token));
+}
+
+/// A certificate authority and a certificate it signed for 127.0.0.1, as
+/// PEM files in `dir`: (ca, cert, key).
+fn certificates(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    let paths = (
+        dir.join(format!("{name}-ca.pem")),
+        dir.join(format!("{name}-cert.pem")),
+        dir.join(format!("{name}-key.pem")),
+    );
+    std::fs::write(&paths.0, ca.pem()).unwrap();
+    std::fs::write(&paths.1, cert.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    paths
+}
+
+/// `serve --tls-cert --tls-key`: HTTPS with rustls; a client that trusts
+/// the CA is answered, one that does not (no CA, or another CA) is refused
+/// at the handshake; the CLI goes through it with `--tls-ca` and says what
+/// is wrong without; certificates that cannot be used are a clear error
+/// before anything listens.
+#[test]
+fn https_answers_clients_that_trust_its_ca_and_only_them() {
+    let d = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificates(d.path(), "good");
+    let (other_ca, _, other_key) = certificates(d.path(), "other");
+    let data = d.path().join("data");
+    let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let s = start(&data, None, &["--tls-cert", cert_s, "--tls-key", key_s]);
+    assert!(s.url.starts_with("https://127.0.0.1:"), "{}", s.url);
+    let client = |ca: Option<&Path>| {
+        let mut b = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30));
+        if let Some(ca) = ca {
+            let pem = std::fs::read(ca).unwrap();
+            b = b.add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap());
+        }
+        b.build().unwrap()
+    };
+    let publish = json!({"op":"publish_agent","agent":"developer","scope":"acme/platform"});
+    let r = client(Some(&ca))
+        .post(format!("{}/v1/ops", s.url))
+        .header("authorization", bearer(&s.url))
+        .body(publish.to_string())
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.json::<Value>().unwrap()["version"], json!(1));
+    for untrusted in [None, Some(other_ca.as_path())] {
+        let e = client(untrusted)
+            .get(format!("{}/healthz", s.url))
+            .send()
+            .unwrap_err();
+        assert!(e.is_connect() || e.is_request(), "{e:?}");
+    }
+    // Plain HTTP to the TLS port gets no answer from the ledger.
+    let plain = s.url.replace("https://", "http://");
+    assert!(!client(None)
+        .get(format!("{plain}/healthz"))
+        .send()
+        .is_ok_and(|r| r.status().is_success()));
+    // The CLI through it: with the CA it answers; without, it says why.
+    let ca_s = ca.to_str().unwrap();
+    let (code, out, err) = common::cli(&data, &["--tls-ca", ca_s, "agent", "developer"]);
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(out.contains("developer v1"), "{out}");
+    let (code, _, err) = common::cli(&data, &["agent", "developer"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("trust its certificate with --tls-ca"), "{err}");
+    drop(s);
+    // Certificates that cannot be used: said before anything listens.
+    let missing = d.path().join("missing.pem");
+    let missing = missing.to_str().unwrap();
+    let other_key = other_key.to_str().unwrap();
+    for (cert, key, says) in [
+        (missing, key_s, "--tls-cert"),
+        (cert_s, missing, "--tls-key"),
+        (key_s, key_s, "no PEM certificate"),
+        (cert_s, cert_s, "no PEM private key"),
+        (cert_s, other_key, "do not go together"),
+    ] {
+        let d2 = tempfile::tempdir().unwrap();
+        let (code, _, err) = common::cli(
+            d2.path(),
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--tls-cert",
+                cert,
+                "--tls-key",
+                key,
+            ],
+        );
+        assert_eq!(code, 2, "{cert} {key}: {err}");
+        assert!(err.contains(says), "{says}: {err}");
+        assert!(!err.contains("PRIVATE KEY"), "{err}");
+        assert!(!d2.path().join("serve.addr").exists());
+    }
 }

@@ -71,6 +71,10 @@ pub struct Cli {
     /// is found through <data>/serve.addr.
     #[arg(long, global = true, env = "AGENTLEDGER_SERVER")]
     pub server: Option<String>,
+    /// A PEM file of the certificate authority to trust when going
+    /// through a server over HTTPS (besides the system's).
+    #[arg(long, global = true, env = "AGENTLEDGER_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
     /// A file holding the bearer token to show the server (the token may
     /// also be given in AGENTLEDGER_TOKEN). Without either, the session
     /// token a server on this data dir wrote to <data>/serve.token is used.
@@ -186,6 +190,12 @@ pub enum Command {
         /// more get 503.
         #[arg(long, default_value_t = agentledger::limits::MAX_STREAMS)]
         max_streams: usize,
+        /// Serve HTTPS (rustls): the certificate chain, PEM, leaf first.
+        #[arg(long, requires = "tls_key", requires = "listen")]
+        tls_cert: Option<PathBuf>,
+        /// The certificate's private key, PEM.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
     },
     /// Follow the agent events actually published, as JSON lines.
     Subscribe {
@@ -473,6 +483,8 @@ fn run_command(cli: Cli) -> Result<i32> {
             max_in_flight,
             max_body_bytes,
             max_streams,
+            tls_cert,
+            tls_key,
         } => serve::serve(
             &cli,
             &serve::ServeOptions {
@@ -486,6 +498,10 @@ fn run_command(cli: Cli) -> Result<i32> {
                     timeout: std::time::Duration::from_millis(*request_timeout_ms),
                     max_in_flight: *max_in_flight,
                     max_streams: *max_streams,
+                    tls: tls_cert
+                        .clone()
+                        .zip(tls_key.clone())
+                        .map(|(cert, key)| agentledger::server::TlsFiles { cert, key }),
                 },
             },
             serve::shutdown_flag(),

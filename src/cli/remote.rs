@@ -45,9 +45,9 @@ fn token_for(cli: &Cli) -> Result<Option<String>> {
 pub fn server_for(cli: &Cli) -> Result<Option<Server>> {
     let token = token_for(cli)?;
     if let Some(url) = &cli.server {
-        let s = Server::new(url, token)?;
-        if !s.healthy() {
-            bail!("--server {url}: no agentledger server answers there");
+        let s = Server::new(url, token, cli.tls_ca.as_deref())?;
+        if let Err(why) = s.health() {
+            bail!("--server {url}: no agentledger server answers there: {why}");
         }
         return Ok(Some(s));
     }
@@ -55,8 +55,18 @@ pub fn server_for(cli: &Cli) -> Result<Option<Server>> {
     let Ok(text) = std::fs::read_to_string(&file) else {
         return Ok(None);
     };
-    let s = Server::new(text.trim(), token)?;
-    Ok(s.healthy().then_some(s))
+    let s = Server::new(text.trim(), token, cli.tls_ca.as_deref())?;
+    match s.health() {
+        Ok(()) => Ok(Some(s)),
+        // Something answers TLS there but is not trusted: the server is
+        // alive, and the data dir is its.
+        Err(why) if s.base.starts_with("https://") && !why.contains("refused") => bail!(
+            "the server at {} (from {}) did not answer: {why}; trust its certificate with --tls-ca",
+            s.base,
+            file.display()
+        ),
+        Err(_) => Ok(None),
+    }
 }
 
 impl Server {
@@ -65,11 +75,16 @@ impl Server {
         &self.base
     }
 
-    fn new(url: &str, token: Option<String>) -> Result<Server> {
-        let client = reqwest::blocking::Client::builder()
-            .timeout(Duration::from_secs(120))
-            .build()
-            .context("making an HTTP client")?;
+    fn new(url: &str, token: Option<String>, ca: Option<&std::path::Path>) -> Result<Server> {
+        let mut builder = reqwest::blocking::Client::builder().timeout(Duration::from_secs(120));
+        if let Some(ca) = ca {
+            let pem =
+                std::fs::read(ca).with_context(|| format!("reading --tls-ca {}", ca.display()))?;
+            let cert = reqwest::Certificate::from_pem(&pem)
+                .with_context(|| format!("--tls-ca {}: not a PEM certificate", ca.display()))?;
+            builder = builder.add_root_certificate(cert);
+        }
+        let client = builder.build().context("making an HTTP client")?;
         Ok(Server {
             base: url.trim_end_matches('/').to_string(),
             client,
@@ -91,12 +106,28 @@ impl Server {
         }
     }
 
-    fn healthy(&self) -> bool {
-        self.client
+    /// Whether the server answers its health check, and if not why (the
+    /// whole chain of causes: a TLS failure says which).
+    fn health(&self) -> std::result::Result<(), String> {
+        let r = self
+            .client
             .get(format!("{}/healthz", self.base))
             .timeout(Duration::from_secs(2))
             .send()
-            .is_ok_and(|r| r.status().is_success())
+            .map_err(|e| {
+                let mut text = e.to_string();
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    text.push_str(&format!(": {c}"));
+                    cause = c.source();
+                }
+                text
+            })?;
+        if r.status().is_success() {
+            Ok(())
+        } else {
+            Err(format!("HTTP {}", r.status()))
+        }
     }
 
     /// Ask a read-only question.

@@ -61,7 +61,7 @@ pub fn serve(cli: &Cli, opts: &ServeOptions, shutdown: Arc<AtomicBool>) -> Resul
         opts.listen.map(|a| (a, opts.http.clone())),
         &cli.data,
         shutdown,
-        |addr| eprintln!("agentledger: listening on http://{addr}"),
+        |url| eprintln!("agentledger: listening on {url}"),
     )
     .with_context(|| format!("serving {where_}"))?;
     eprintln!(

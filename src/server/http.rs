@@ -42,6 +42,8 @@ pub struct HttpOptions {
     /// Event streams (SSE, subscribed sockets) followed at once; past it
     /// `503 overloaded`.
     pub max_streams: usize,
+    /// Serve HTTPS with this certificate and key.
+    pub tls: Option<super::TlsFiles>,
 }
 
 impl Default for HttpOptions {
@@ -51,6 +53,7 @@ impl Default for HttpOptions {
             timeout: Duration::from_secs(30),
             max_in_flight: 256,
             max_streams: crate::limits::MAX_STREAMS,
+            tls: None,
         }
     }
 }

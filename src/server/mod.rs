@@ -8,6 +8,7 @@ pub mod events;
 pub mod http;
 pub mod ledger;
 pub mod metrics;
+pub mod tls;
 
 use crate::engine::Engine;
 use crate::error::LedgerError;
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 pub use http::HttpOptions;
 pub use ledger::{LoopOptions, Summary};
+pub use tls::{TlsError, TlsFiles};
 
 /// The file in the data dir that names the address a running server
 /// listens on; the CLI finds the server through it.
@@ -45,7 +47,7 @@ pub fn run(
     listen: Option<(SocketAddr, HttpOptions)>,
     data: &Path,
     shutdown: Arc<AtomicBool>,
-    on_listening: impl FnOnce(SocketAddr),
+    on_listening: impl FnOnce(&str),
 ) -> Result<Summary, LedgerError> {
     let metrics = Arc::new(metrics::Metrics::new());
     let stop_ledger = Arc::new(AtomicBool::new(false));
@@ -74,8 +76,13 @@ fn listen_until(
     opts: HttpOptions,
     data: &Path,
     shutdown: Arc<AtomicBool>,
-    on_listening: impl FnOnce(SocketAddr),
+    on_listening: impl FnOnce(&str),
 ) -> Result<(), LedgerError> {
+    // A certificate that cannot be used is said before anything listens.
+    let tls = match &opts.tls {
+        Some(files) => Some(tls::server_config(files)?),
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("agentledger-http")
@@ -105,10 +112,11 @@ fn listen_until(
             .map_err(|e| LedgerError::io("reading the bound address", e))?;
         let file = addr_file(data);
         let tmp = file.with_extension("addr.tmp");
-        crate::private_files::write(&tmp, format!("http://{bound}\n"))
+        let url = format!("{}://{bound}", if tls.is_some() { "https" } else { "http" });
+        crate::private_files::write(&tmp, format!("{url}\n"))
             .and_then(|_| std::fs::rename(&tmp, &file))
             .map_err(|e| LedgerError::io(format!("writing {}", file.display()), e))?;
-        on_listening(bound);
+        on_listening(&url);
         let app = http::router(state);
         let signal = {
             let stopping = stopping.clone();
@@ -119,10 +127,33 @@ fn listen_until(
                 stopping.store(true, Ordering::SeqCst);
             }
         };
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(signal)
-            .await
-            .map_err(|e| LedgerError::io("serving HTTP", e));
+        let served = match tls {
+            None => axum::serve(listener, app)
+                .with_graceful_shutdown(signal)
+                .await
+                .map_err(|e| LedgerError::io("serving HTTP", e)),
+            Some(config) => {
+                let listener = listener
+                    .into_std()
+                    .map_err(|e| LedgerError::io("taking the listener", e))?;
+                let handle = axum_server::Handle::new();
+                let stop = handle.clone();
+                tokio::spawn(async move {
+                    signal.await;
+                    // Requests in flight are answered; streams end on
+                    // `stopping` by themselves.
+                    stop.graceful_shutdown(Some(Duration::from_secs(5)));
+                });
+                axum_server::from_tcp_rustls(
+                    listener,
+                    axum_server::tls_rustls::RustlsConfig::from_config(config),
+                )
+                .handle(handle)
+                .serve(app.into_make_service())
+                .await
+                .map_err(|e| LedgerError::io("serving HTTPS", e))
+            }
+        };
         let _ = std::fs::remove_file(&file);
         served
     });
