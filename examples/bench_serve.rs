@@ -3,7 +3,10 @@
 //! fdatasync, on the same disk (what one durable operation at a time can
 //! do at best). 1, 8 and 64 concurrent HTTP clients each open and close
 //! runs (`open_run` then `close_run`, two operations) for SECONDS; prints
-//! operations/s, p50/p99 latency and the ratio to the raw rate.
+//! operations/s, p50/p99 latency and the ratio to the raw rate. Each load
+//! runs three times: with the server's session token over HTTP (the
+//! operator: no lookup, no policy), with an issued platform token over
+//! HTTP, and with it over HTTPS: the cost of authentication and of TLS.
 //! Run through `tools/bench-serve [SECONDS=5]`.
 
 use agentledger::engine::{Engine, EngineOptions};
@@ -43,7 +46,13 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// `clients` threads opening and closing runs for `secs`: (ops/s, latencies ms).
-fn load(url: &str, token: &str, clients: usize, secs: f64, tag: &str) -> (f64, Vec<f64>) {
+fn load(
+    url: &str,
+    http: &reqwest::blocking::Client,
+    clients: usize,
+    secs: f64,
+    tag: &str,
+) -> (f64, Vec<f64>) {
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let workers: Vec<_> = (0..clients)
@@ -51,7 +60,7 @@ fn load(url: &str, token: &str, clients: usize, secs: f64, tag: &str) -> (f64, V
             let url = url.to_string();
             let stop = stop.clone();
             let tag = tag.to_string();
-            let http = client(token);
+            let http = http.clone();
             std::thread::spawn(move || {
                 let mut lat = Vec::new();
                 let mut i = 0u64;
@@ -87,14 +96,94 @@ fn load(url: &str, token: &str, clients: usize, secs: f64, tag: &str) -> (f64, V
     (rate, lat)
 }
 
-/// A client that shows `token` on every request.
-fn client(token: &str) -> reqwest::blocking::Client {
+/// A client that shows `token` on every request and trusts `ca`.
+fn client(token: &str, ca: Option<&[u8]>) -> reqwest::blocking::Client {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert("authorization", format!("Bearer {token}").parse().unwrap());
-    reqwest::blocking::Client::builder()
-        .default_headers(headers)
-        .build()
+    let mut b = reqwest::blocking::Client::builder().default_headers(headers);
+    if let Some(pem) = ca {
+        b = b.add_root_certificate(reqwest::Certificate::from_pem(pem).unwrap());
+    }
+    b.build().unwrap()
+}
+
+/// A certificate authority (PEM) and a certificate for 127.0.0.1 it
+/// signed, written into `dir`.
+fn certificate(dir: &std::path::Path) -> (Vec<u8>, server::TlsFiles) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
         .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    let files = server::TlsFiles {
+        cert: dir.join("cert.pem"),
+        key: dir.join("key.pem"),
+    };
+    std::fs::write(&files.cert, cert.pem()).unwrap();
+    std::fs::write(&files.key, key.serialize_pem()).unwrap();
+    (ca.pem().into_bytes(), files)
+}
+
+/// A server on its own data dir, on its own thread.
+struct Running {
+    url: String,
+    session: String,
+    shutdown: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<server::Summary>,
+}
+
+impl Running {
+    fn start(data: &std::path::Path, tls: Option<server::TlsFiles>) -> Running {
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel();
+        let thread = {
+            let data = data.to_path_buf();
+            let shutdown = shutdown.clone();
+            std::thread::spawn(move || {
+                let open_dir = data.clone();
+                let http = HttpOptions {
+                    tls,
+                    ..HttpOptions::default()
+                };
+                server::run(
+                    move || Engine::open_embedded(&open_dir, EngineOptions::default()),
+                    LoopOptions {
+                        group: "bench".into(),
+                        poll: Duration::from_millis(200),
+                        gc_interval: Duration::from_secs(3600),
+                        gc_grace: Duration::from_secs(600),
+                        say: Arc::new(|_: &str| {}),
+                    },
+                    Some(("127.0.0.1:0".parse().unwrap(), http)),
+                    &data,
+                    shutdown,
+                    move |url: &str| tx.send(url.to_string()).unwrap(),
+                )
+                .unwrap()
+            })
+        };
+        let url = rx.recv().unwrap();
+        let session = std::fs::read_to_string(server::token_file(data))
+            .unwrap()
+            .trim()
+            .to_string();
+        Running {
+            url,
+            session,
+            shutdown,
+            thread,
+        }
+    }
+
+    fn stop(self) -> u64 {
+        self.shutdown.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap().ops
+    }
 }
 
 fn main() {
@@ -106,80 +195,67 @@ fn main() {
     let raw = raw_sync_rate(&dir, secs);
     println!("raw append+fdatasync (400 B): {raw:.0} records/s");
 
-    let data = dir.join("data");
-    let shutdown = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let server = {
-        let data = data.clone();
-        let shutdown = shutdown.clone();
-        std::thread::spawn(move || {
-            let open_dir = data.clone();
-            server::run(
-                move || Engine::open_embedded(&open_dir, EngineOptions::default()),
-                LoopOptions {
-                    group: "bench".into(),
-                    poll: Duration::from_millis(200),
-                    gc_interval: Duration::from_secs(3600),
-                    gc_grace: Duration::from_secs(600),
-                    say: Arc::new(|_: &str| {}),
-                },
-                Some(("127.0.0.1:0".parse().unwrap(), HttpOptions::default())),
-                &data,
-                shutdown,
-                move |url: &str| tx.send(url.to_string()).unwrap(),
-            )
-            .unwrap()
-        })
-    };
-    let url = rx.recv().unwrap();
-    let session = std::fs::read_to_string(server::token_file(&data)).unwrap();
-    let http = client(session.trim());
-    let ok = |op: serde_json::Value| {
-        let r = http
-            .post(format!("{url}/v1/ops"))
-            .body(op.to_string())
-            .send()
-            .unwrap();
-        assert!(r.status().is_success());
-        r.json::<serde_json::Value>().unwrap()
-    };
-    ok(
-        json!({"op":"publish_agent","agent":"developer","scope":"acme/platform",
-        "emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]}),
-    );
-    // A platform's token, issued as `token issue` does: each request is
-    // looked up in the views and put through the policy.
+    // The same ledger twice: over plain HTTP, and over HTTPS (rustls) with
+    // a certificate made here.
+    let plain = Running::start(&dir.join("data"), None);
+    let (ca_pem, tls) = certificate(&dir);
+    let https = Running::start(&dir.join("data-tls"), Some(tls));
     let platform = agentledger::auth::tokens::generate().unwrap();
-    ok(
-        json!({"op":"issue_token","principal":"platform:acme","scopes":["acme"],
-        "sha256": hex::encode(agentledger::auth::tokens::hash(&platform))}),
-    );
+    for r in [&plain, &https] {
+        let http = client(&r.session, Some(&ca_pem));
+        let ok = |op: serde_json::Value| {
+            let resp = http
+                .post(format!("{}/v1/ops", r.url))
+                .body(op.to_string())
+                .send()
+                .unwrap();
+            assert!(resp.status().is_success());
+        };
+        ok(
+            json!({"op":"publish_agent","agent":"developer","scope":"acme/platform",
+            "emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]}),
+        );
+        // A platform's token, issued as `token issue` does: each request
+        // is looked up in the views and put through the policy.
+        ok(
+            json!({"op":"issue_token","principal":"platform:acme","scopes":["acme"],
+            "sha256": hex::encode(agentledger::auth::tokens::hash(&platform))}),
+        );
+    }
     println!(
-        "{:>8} {:>10} {:>10} {:>9} {:>9} {:>14} {:>16}",
-        "clients", "caller", "ops/s", "p50 ms", "p99 ms", "ratio to raw", "token/session"
+        "{:>8} {:>16} {:>10} {:>9} {:>9} {:>14} {:>12}",
+        "clients", "caller", "ops/s", "p50 ms", "p99 ms", "ratio to raw", "vs session"
     );
     for clients in [1usize, 8, 64] {
         let mut session_rate = f64::NAN;
-        for (caller, token) in [("session", session.trim()), ("platform", platform.as_str())] {
-            let tag = format!("{caller}{clients}");
-            let (rate, lat) = load(&url, token, clients, secs, &tag);
-            let vs = if caller == "session" {
+        let runs = [
+            ("session/http", &plain, plain.session.clone()),
+            ("platform/http", &plain, platform.clone()),
+            ("platform/https", &https, platform.clone()),
+        ];
+        for (caller, server, token) in runs {
+            let tag = format!("{}{clients}", caller.replace('/', "-"));
+            let http = client(&token, Some(&ca_pem));
+            let (rate, lat) = load(&server.url, &http, clients, secs, &tag);
+            let vs = if caller == "session/http" {
                 session_rate = rate;
                 String::new()
             } else {
                 format!("{:.2}", rate / session_rate)
             };
             println!(
-                "{clients:>8} {caller:>10} {rate:>10.0} {:>9.2} {:>9.2} {:>14.2} {vs:>16}",
+                "{clients:>8} {caller:>16} {rate:>10.0} {:>9.2} {:>9.2} {:>14.2} {vs:>12}",
                 percentile(&lat, 0.5),
                 percentile(&lat, 0.99),
                 rate / raw
             );
         }
     }
-    shutdown.store(true, Ordering::SeqCst);
-    let summary = server.join().unwrap();
-    println!("server answered {} operations", summary.ops);
+    for r in [plain, https] {
+        let url = r.url.clone();
+        let ops = r.stop();
+        println!("server at {url} answered {ops} operations");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
