@@ -11,6 +11,7 @@ mod common;
 use agentledger::auth::tokens;
 use agentledger::log::Topic;
 use agentledger::model::LedgerEvent;
+use agentledger::server::HttpOptions;
 use common::wire::{Via, Wire};
 use common::{Ledger, TestClock};
 use serde_json::{json, Value};
@@ -84,11 +85,15 @@ impl Setup {
 }
 
 fn setup(dir: &Path, clock: Option<&TestClock>) -> Setup {
+    setup_with(dir, clock, HttpOptions::default())
+}
+
+fn setup_with(dir: &Path, clock: Option<&TestClock>, http: HttpOptions) -> Setup {
     let opts = clock
         .map(|c| c.options())
         .unwrap_or_else(common::fixed_clock_options);
     let l = Ledger::open_with(dir, &common::Backend::Embedded, opts);
-    let wire = Wire::start(&l.engine, Via::Http);
+    let wire = Wire::start_with(&l.engine, Via::Http, http);
     let mut tokens = BTreeMap::new();
     tokens.insert("operator", wire.token.clone());
     let mut s = Setup { l, wire, tokens };
@@ -458,4 +463,176 @@ fn a_platforms_access_is_its_grant() {
     );
     let v = s.l.engine.views().current_version("ops").unwrap().unwrap();
     assert_eq!(v.access, ["globex", "acme"]);
+}
+
+/// A key of the identity provider: what signs tokens, and its JWK.
+struct ProviderKey {
+    kid: &'static str,
+    alg: jsonwebtoken::Algorithm,
+    signing: jsonwebtoken::EncodingKey,
+    jwk: Value,
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn ed25519_key(kid: &'static str) -> ProviderKey {
+    let k = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    ProviderKey {
+        kid,
+        alg: jsonwebtoken::Algorithm::EdDSA,
+        signing: jsonwebtoken::EncodingKey::from_ed_pem(k.serialize_pem().as_bytes()).unwrap(),
+        jwk: json!({"kty":"OKP","crv":"Ed25519","kid":kid,"x":b64(k.public_key_raw())}),
+    }
+}
+
+fn p256_key(kid: &'static str) -> ProviderKey {
+    let k = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let raw = k.public_key_raw();
+    ProviderKey {
+        kid,
+        alg: jsonwebtoken::Algorithm::ES256,
+        signing: jsonwebtoken::EncodingKey::from_ec_pem(k.serialize_pem().as_bytes()).unwrap(),
+        jwk: json!({"kty":"EC","crv":"P-256","kid":kid,"x":b64(&raw[1..33]),"y":b64(&raw[33..])}),
+    }
+}
+
+/// A throwaway RSA key made for these tests (`tests/fixtures`): ring
+/// signs RS256 but cannot make RSA keys.
+fn rsa_key() -> ProviderKey {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let pem = std::fs::read(format!("{dir}/jwt-rs256-test-key.pem")).unwrap();
+    let jwk: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{dir}/jwt-rs256-test-jwk.json")).unwrap(),
+    )
+    .unwrap();
+    ProviderKey {
+        kid: "rsa-test",
+        alg: jsonwebtoken::Algorithm::RS256,
+        signing: jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap(),
+        jwk,
+    }
+}
+
+fn jwt(key: &ProviderKey, claims: &Value) -> String {
+    let header = jsonwebtoken::Header {
+        kid: Some(key.kid.to_string()),
+        ..jsonwebtoken::Header::new(key.alg)
+    };
+    jsonwebtoken::encode(&header, claims, &key.signing).unwrap()
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// JWTs from an identity provider, signed with EdDSA, ES256 or RS256:
+/// the principal comes from `sub` (scopes from `scope`), the policy holds
+/// as for the ledger's own tokens, and a token that is expired, not yet
+/// valid, for another issuer or audience, signed by a key not in the set
+/// or with another algorithm is 401 naming why, never the token.
+#[test]
+fn jwts_from_an_identity_provider_authenticate_by_their_claim() {
+    let keys = [ed25519_key("ed"), p256_key("ec"), rsa_key()];
+    let jwks = json!({"keys": keys.iter().map(|k| k.jwk.clone()).collect::<Vec<_>>()});
+    let config = agentledger::auth::jwt::JwtConfig::from_jwks(
+        &jwks.to_string(),
+        "https://idp.example",
+        "agentledger",
+        "sub",
+    )
+    .unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let http = HttpOptions {
+        jwt: Some(std::sync::Arc::new(config)),
+        ..HttpOptions::default()
+    };
+    let mut s = setup_with(d.path(), None, http);
+    let now = unix_now();
+    let claims = |sub: &str| {
+        json!({"sub": sub, "iss": "https://idp.example", "aud": "agentledger",
+               "exp": now + 600, "nbf": now - 10, "iat": now})
+    };
+    let mut presented = Vec::new();
+    let mut send = |s: &mut Setup, token: &str, v: &Value| {
+        presented.push(token.to_string());
+        let (status, text) = s.wire.request(
+            &mut s.l.engine,
+            "POST",
+            "/v1/ops",
+            Some(v.to_string()),
+            Some(token),
+            false,
+        );
+        let a: Value = serde_json::from_str(&text).unwrap();
+        (status, a)
+    };
+    let get = json!({"op":"get_context","task":"t1","agent":"hotel"});
+    for key in &keys {
+        let (status, a) = send(&mut s, &jwt(key, &claims("agent:hotel")), &get);
+        assert_eq!(status, 200, "{:?}: {a}", key.alg);
+        assert_eq!(a["agent_context"]["AgentName"], "hotel");
+        let (status, a) = send(&mut s, &jwt(key, &claims("agent:weather")), &get);
+        assert_eq!(status, 403, "{:?}: {a}", key.alg);
+    }
+    // A platform's scopes come from the `scope` claim.
+    let mut platform = claims("platform:acme");
+    platform["scope"] = json!("acme openid");
+    let (status, a) = send(
+        &mut s,
+        &jwt(&keys[0], &platform),
+        &json!({"op":"open_run","run":"by-jwt","agent":"hotel"}),
+    );
+    assert_eq!(status, 200, "{a}");
+    let opened_by = s.l.engine.views().run("by-jwt").unwrap().unwrap().opened_by;
+    assert_eq!(opened_by, "platform:acme");
+    // What is refused, and why.
+    let mut expired = claims("agent:hotel");
+    expired["exp"] = json!(now - 120);
+    let mut early = claims("agent:hotel");
+    early["nbf"] = json!(now + 600);
+    let mut issuer = claims("agent:hotel");
+    issuer["iss"] = json!("https://evil.example");
+    let mut audience = claims("agent:hotel");
+    audience["aud"] = json!("someone-else");
+    let mut nameless = claims("agent:hotel");
+    nameless.as_object_mut().unwrap().remove("sub");
+    let stranger = ed25519_key("ed");
+    let hmac = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims("operator"),
+        &jsonwebtoken::EncodingKey::from_secret(b"guessable"),
+    )
+    .unwrap();
+    let before = s.log_ends();
+    for (token, why) in [
+        (jwt(&keys[1], &expired), "it has expired"),
+        (jwt(&keys[2], &early), "not valid yet"),
+        (jwt(&keys[0], &issuer), "issuer"),
+        (jwt(&keys[0], &audience), "audience"),
+        (jwt(&keys[0], &nameless), "no string claim \"sub\""),
+        (
+            jwt(&stranger, &claims("operator")),
+            "signature does not verify",
+        ),
+        (hmac, "accepted are EdDSA, ES256 and RS256"),
+        ("e30.e30.e30".to_string(), "not accepted"),
+    ] {
+        let (status, a) = send(&mut s, &token, &get);
+        assert_eq!(status, 401, "{why}: {a}");
+        let message = a["error"]["message"].as_str().unwrap();
+        assert!(message.contains(why), "{why}: {message}");
+        assert!(!message.contains(&token));
+    }
+    assert_eq!(s.log_ends(), before, "a 401 recorded something");
+    // No presented token is kept anywhere.
+    for token in &presented {
+        s.tokens.insert("jwt", token.clone());
+        assert_no_token_anywhere(&s, d.path(), &[]);
+    }
 }

@@ -4,6 +4,7 @@
 //! live at the network edge.
 
 pub mod facts;
+pub mod jwt;
 pub mod policy;
 pub mod principal;
 pub mod tokens;

@@ -58,6 +58,11 @@ impl From<Unauthenticated> for Refusal {
 
 /// The token hash an `Authorization` header value carries.
 pub fn bearer(header: Option<&str>) -> Result<[u8; 32], Unauthenticated> {
+    bearer_token(header).map(hash)
+}
+
+/// The token an `Authorization: Bearer` header value carries.
+pub fn bearer_token(header: Option<&str>) -> Result<&str, Unauthenticated> {
     let Some(value) = header else {
         return Err(Unauthenticated(
             "no credential: send the header Authorization: Bearer <token>".into(),
@@ -73,7 +78,7 @@ pub fn bearer(header: Option<&str>) -> Result<[u8; 32], Unauthenticated> {
             "the Authorization header is not \"Bearer <token>\"".into(),
         ));
     }
-    Ok(hash(token.trim()))
+    Ok(token.trim())
 }
 
 /// The grant a presented token carries at `now_ms`, given what the views

@@ -196,6 +196,19 @@ pub enum Command {
         /// The certificate's private key, PEM.
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<PathBuf>,
+        /// Accept JWTs signed by the keys of this JWKS file (EdDSA, ES256,
+        /// RS256) besides the ledger's own tokens.
+        #[arg(long, requires_all = ["jwt_issuer", "jwt_audience", "listen"])]
+        jwt_jwks: Option<PathBuf>,
+        /// The `iss` a JWT must carry.
+        #[arg(long, requires = "jwt_jwks")]
+        jwt_issuer: Option<String>,
+        /// The `aud` a JWT must carry.
+        #[arg(long, requires = "jwt_jwks")]
+        jwt_audience: Option<String>,
+        /// The claim that names the principal (e.g. agent:hotel).
+        #[arg(long, default_value = "sub")]
+        jwt_principal_claim: String,
     },
     /// Follow the agent events actually published, as JSON lines.
     Subscribe {
@@ -485,6 +498,10 @@ fn run_command(cli: Cli) -> Result<i32> {
             max_streams,
             tls_cert,
             tls_key,
+            jwt_jwks,
+            jwt_issuer,
+            jwt_audience,
+            jwt_principal_claim,
         } => serve::serve(
             &cli,
             &serve::ServeOptions {
@@ -502,6 +519,17 @@ fn run_command(cli: Cli) -> Result<i32> {
                         .clone()
                         .zip(tls_key.clone())
                         .map(|(cert, key)| agentledger::server::TlsFiles { cert, key }),
+                    jwt: match jwt_jwks {
+                        Some(file) => Some(std::sync::Arc::new(
+                            agentledger::auth::jwt::JwtConfig::load(
+                                file,
+                                jwt_issuer.as_deref().unwrap_or_default(),
+                                jwt_audience.as_deref().unwrap_or_default(),
+                                jwt_principal_claim,
+                            )?,
+                        )),
+                        None => None,
+                    },
                 },
             },
             serve::shutdown_flag(),

@@ -7,7 +7,7 @@
 use super::events::{self, Cursor, Filter};
 use super::ledger::{grant_of, Caller, Gone, LedgerHandle, Line};
 use crate::apply::parse_line;
-use crate::auth::{authorize, tokens, Action, Facts};
+use crate::auth::{authorize, jwt, tokens, Action, Facts};
 use crate::codes::Code;
 use crate::protocol::{Failure, Reply};
 use crate::queries::{self, Query, Said};
@@ -44,6 +44,9 @@ pub struct HttpOptions {
     pub max_streams: usize,
     /// Serve HTTPS with this certificate and key.
     pub tls: Option<super::TlsFiles>,
+    /// Accept JWTs from this identity provider besides the ledger's own
+    /// tokens.
+    pub jwt: Option<Arc<jwt::JwtConfig>>,
 }
 
 impl Default for HttpOptions {
@@ -54,6 +57,7 @@ impl Default for HttpOptions {
             max_in_flight: 256,
             max_streams: crate::limits::MAX_STREAMS,
             tls: None,
+            jwt: None,
         }
     }
 }
@@ -181,10 +185,15 @@ fn caller(s: &AppState, headers: &HeaderMap) -> Result<Caller, Failure> {
     let value = headers
         .get(header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or(""));
-    match tokens::bearer(value) {
-        Ok(sha) if same_secret(&sha, &s.session) => Ok(Caller::Operator),
-        Ok(sha) => Ok(Caller::Token(sha)),
-        Err(u) => Err(Failure::new(Code::Unauthenticated, u.0)),
+    let unauthenticated = |u: tokens::Unauthenticated| Failure::new(Code::Unauthenticated, u.0);
+    let token = tokens::bearer_token(value).map_err(unauthenticated)?;
+    if let Some(jwt) = s.opts.jwt.as_ref().filter(|_| jwt::looks_like_jwt(token)) {
+        let grant = jwt.verify(token).map_err(unauthenticated)?;
+        return Ok(Caller::Granted(Arc::new(grant)));
+    }
+    match tokens::hash(token) {
+        sha if same_secret(&sha, &s.session) => Ok(Caller::Operator),
+        sha => Ok(Caller::Token(sha)),
     }
 }
 
@@ -226,10 +235,9 @@ async fn permit(s: &AppState, caller: Caller, what: Permit) -> Result<(), Failur
 
 /// `caller` and `permit` in one: the response to send instead when the
 /// request may not go on.
-async fn admitted(s: &AppState, headers: &HeaderMap, what: Permit) -> Result<Caller, Response> {
+async fn admitted(s: &AppState, headers: &HeaderMap, what: Permit) -> Result<(), Response> {
     let c = caller(s, headers).map_err(failure_response)?;
-    permit(s, c, what).await.map_err(failure_response)?;
-    Ok(c)
+    permit(s, c, what).await.map_err(failure_response)
 }
 
 fn with_status(status: StatusCode, f: Failure) -> Response {
@@ -837,7 +845,7 @@ async fn ws_session(s: AppState, caller: Caller, socket: WebSocket) {
                     Code::InvalidRequest,
                     format!("subscribe: {e}"),
                 )),
-                Ok(sub) => match subscribe_start(&s, caller, &sub).await {
+                Ok(sub) => match subscribe_start(&s, caller.clone(), &sub).await {
                     Err(f) => Reply::Failed(f),
                     Ok(cursor) => {
                         if let Some(old) = subscription.take() {
@@ -875,19 +883,23 @@ async fn ws_session(s: AppState, caller: Caller, socket: WebSocket) {
                     }
                 },
             },
-            line => match tokio::time::timeout(s.opts.timeout, s.ledger.ops(caller, vec![line]))
-                .await
-            {
-                Ok(Ok(Ok(mut r))) => r.pop().unwrap_or_else(|| {
-                    Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string()))
-                }),
-                Ok(Ok(Err(f))) => Reply::Failed(f),
-                Ok(Err(Gone)) => Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string())),
-                Err(_) => Reply::Failed(Failure::new(
-                    Code::Timeout,
-                    format!("no answer within {} ms", s.opts.timeout.as_millis()),
-                )),
-            },
+            line => {
+                match tokio::time::timeout(s.opts.timeout, s.ledger.ops(caller.clone(), vec![line]))
+                    .await
+                {
+                    Ok(Ok(Ok(mut r))) => r.pop().unwrap_or_else(|| {
+                        Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string()))
+                    }),
+                    Ok(Ok(Err(f))) => Reply::Failed(f),
+                    Ok(Err(Gone)) => {
+                        Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string()))
+                    }
+                    Err(_) => Reply::Failed(Failure::new(
+                        Code::Timeout,
+                        format!("no answer within {} ms", s.opts.timeout.as_millis()),
+                    )),
+                }
+            }
         };
         if tx.send(text(&reply)).await.is_err() {
             break;

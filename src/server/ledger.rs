@@ -40,10 +40,12 @@ pub use crate::protocol::Line;
 /// Who sent a request, as far as the transport could tell: the operator
 /// (it showed the server's own session token), or the hash of a bearer
 /// token the views are asked about on this thread, where they live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Caller {
     Operator,
     Token([u8; 32]),
+    /// Authenticated at the edge already (a JWT that verified).
+    Granted(Arc<Grant>),
 }
 
 /// The grant `caller` has: `unauthenticated` for a token unknown, revoked
@@ -51,6 +53,7 @@ pub enum Caller {
 pub fn grant_of(engine: &mut Engine, caller: &Caller) -> Result<Grant, Failure> {
     match caller {
         Caller::Operator => Ok(Grant::operator()),
+        Caller::Granted(grant) => Ok(grant.as_ref().clone()),
         Caller::Token(sha) => match engine.authenticate(sha) {
             Ok(Ok(grant)) => Ok(grant),
             Ok(Err(u)) => Err(Failure::new(Code::Unauthenticated, u.0)),

@@ -43,6 +43,11 @@ impl Wire {
     /// Serve the router on 127.0.0.1:0 for `engine`'s log; with
     /// `via == WebSocket` also open the one socket the test talks through.
     pub fn start(engine: &Engine, via: Via) -> Self {
+        Self::start_with(engine, via, HttpOptions::default())
+    }
+
+    /// [`Wire::start`] with these options (JWTs accepted, limits).
+    pub fn start_with(engine: &Engine, via: Via, opts: HttpOptions) -> Self {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -51,12 +56,7 @@ impl Wire {
         let (handle, jobs) = channel(engine.log().clone(), Arc::new(Metrics::new()));
         let stopping = Arc::new(AtomicBool::new(false));
         let token = agentledger::auth::tokens::generate().unwrap();
-        let app = router(AppState::new(
-            handle,
-            HttpOptions::default(),
-            stopping.clone(),
-            &token,
-        ));
+        let app = router(AppState::new(handle, opts, stopping.clone(), &token));
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();

@@ -1,0 +1,222 @@
+//! JWTs from an existing identity provider (`serve --jwt-jwks FILE
+//! --jwt-issuer ISS --jwt-audience AUD`): the signature is checked against
+//! the provider's published keys (EdDSA, ES256 or RS256; nothing else, so
+//! neither `none` nor a shared-secret HMAC is ever accepted), then issuer,
+//! audience, expiry and not-before; the principal is read from a
+//! configured claim (`sub` by default) and the scopes from `scope`
+//! (space-separated, as OAuth writes them) or `scopes` (an array).
+//! Checked at the network edge, with no state: nothing here logs or
+//! returns the token.
+
+use super::principal::{Grant, Principal};
+use super::tokens::Unauthenticated;
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use std::path::{Path, PathBuf};
+
+/// Seconds of clock difference tolerated on `exp` and `nbf`.
+pub const LEEWAY_S: u64 = 30;
+
+/// The algorithms a token may be signed with.
+pub const ALGORITHMS: [Algorithm; 3] = [Algorithm::EdDSA, Algorithm::ES256, Algorithm::RS256];
+
+#[derive(Debug, thiserror::Error)]
+pub enum JwtError {
+    #[error("--jwt-jwks {path}: {why}")]
+    Jwks { path: PathBuf, why: String },
+}
+
+/// What JWTs are accepted, and where their principal is.
+#[derive(Clone)]
+pub struct JwtConfig {
+    keys: Vec<(Option<String>, Algorithm, DecodingKey)>,
+    issuer: String,
+    audience: String,
+    claim: String,
+}
+
+impl std::fmt::Debug for JwtConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtConfig")
+            .field("keys", &self.keys.len())
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .field("claim", &self.claim)
+            .finish()
+    }
+}
+
+/// The algorithm a key of the set is for: its `alg`, else what its type
+/// and curve imply.
+fn algorithm_of(jwk: &jsonwebtoken::jwk::Jwk) -> Option<Algorithm> {
+    use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, KeyAlgorithm};
+    match jwk.common.key_algorithm {
+        Some(KeyAlgorithm::EdDSA) => return Some(Algorithm::EdDSA),
+        Some(KeyAlgorithm::ES256) => return Some(Algorithm::ES256),
+        Some(KeyAlgorithm::RS256) => return Some(Algorithm::RS256),
+        Some(_) => return None,
+        None => {}
+    }
+    match &jwk.algorithm {
+        AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => {
+            Some(Algorithm::EdDSA)
+        }
+        AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => {
+            Some(Algorithm::ES256)
+        }
+        AlgorithmParameters::RSA(_) => Some(Algorithm::RS256),
+        _ => None,
+    }
+}
+
+impl JwtConfig {
+    /// Read the provider's key set (a JWKS document) from `jwks`.
+    pub fn load(jwks: &Path, issuer: &str, audience: &str, claim: &str) -> Result<Self, JwtError> {
+        let bad = |why: String| JwtError::Jwks {
+            path: jwks.to_path_buf(),
+            why,
+        };
+        let text = std::fs::read_to_string(jwks).map_err(|e| bad(e.to_string()))?;
+        Self::from_jwks(&text, issuer, audience, claim).map_err(bad)
+    }
+
+    /// The same from the JWKS document's text.
+    pub fn from_jwks(
+        jwks: &str,
+        issuer: &str,
+        audience: &str,
+        claim: &str,
+    ) -> Result<Self, String> {
+        let set: JwkSet =
+            serde_json::from_str(jwks).map_err(|e| format!("not a JWKS document: {e}"))?;
+        let mut keys = Vec::new();
+        for (i, jwk) in set.keys.iter().enumerate() {
+            let named = jwk.common.key_id.clone();
+            let Some(alg) = algorithm_of(jwk) else {
+                return Err(format!(
+                    "key {} is not for EdDSA (Ed25519), ES256 (P-256) or RS256",
+                    named.unwrap_or_else(|| i.to_string())
+                ));
+            };
+            let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("key {i}: {e}"))?;
+            keys.push((named, alg, key));
+        }
+        if keys.is_empty() {
+            return Err("the key set holds no keys".into());
+        }
+        Ok(JwtConfig {
+            keys,
+            issuer: issuer.to_string(),
+            audience: audience.to_string(),
+            claim: claim.to_string(),
+        })
+    }
+
+    /// The grant a JWT carries, once its signature, issuer, audience and
+    /// times check.
+    pub fn verify(&self, token: &str) -> Result<Grant, Unauthenticated> {
+        let refuse = |why: &str| Unauthenticated(format!("the JWT is not accepted: {why}"));
+        let header = jsonwebtoken::decode_header(token).map_err(|_| refuse("it is malformed"))?;
+        if !ALGORITHMS.contains(&header.alg) {
+            return Err(refuse(&format!(
+                "it is signed with {:?}; accepted are EdDSA, ES256 and RS256",
+                header.alg
+            )));
+        }
+        let candidates = self.keys.iter().filter(|(kid, alg, _)| {
+            *alg == header.alg && (header.kid.is_none() || header.kid == *kid)
+        });
+        let mut validation = Validation::new(header.alg);
+        validation.leeway = LEEWAY_S;
+        validation.validate_nbf = true;
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&[&self.audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        let mut last = refuse("no key of the provider's set matches it");
+        for (_, _, key) in candidates {
+            use jsonwebtoken::errors::ErrorKind as K;
+            match jsonwebtoken::decode::<serde_json::Value>(token, key, &validation) {
+                Ok(data) => return self.grant(&data.claims).map_err(|w| refuse(&w)),
+                Err(e) => {
+                    let why = match e.kind() {
+                        K::InvalidSignature => "its signature does not verify",
+                        K::ExpiredSignature => "it has expired",
+                        K::ImmatureSignature => "it is not valid yet (nbf)",
+                        K::InvalidIssuer => "its issuer is not the one configured",
+                        K::InvalidAudience => "its audience is not this ledger",
+                        K::MissingRequiredClaim(_) => "it lacks exp, iss or aud",
+                        _ => "it does not decode",
+                    };
+                    last = refuse(why);
+                    // Another key may still verify it; any other failure
+                    // is the token's.
+                    if !matches!(e.kind(), K::InvalidSignature) {
+                        return Err(last);
+                    }
+                }
+            }
+        }
+        Err(last)
+    }
+
+    fn grant(&self, claims: &serde_json::Value) -> Result<Grant, String> {
+        let Some(name) = claims.get(&self.claim).and_then(|v| v.as_str()) else {
+            return Err(format!("it has no string claim {:?}", self.claim));
+        };
+        let principal: Principal = name
+            .parse()
+            .map_err(|_| format!("claim {:?} names no principal", self.claim))?;
+        let scopes: Vec<String> = match (claims.get("scope"), claims.get("scopes")) {
+            (Some(serde_json::Value::String(s)), _) => {
+                s.split_whitespace().map(str::to_string).collect()
+            }
+            (_, Some(serde_json::Value::Array(a))) => a
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+            _ => Vec::new(),
+        };
+        // Principals that take no scopes ignore OAuth scopes the provider
+        // adds for other audiences.
+        let scopes = match principal {
+            Principal::Platform(_) | Principal::Consumer => scopes,
+            _ => Vec::new(),
+        };
+        Grant::new(principal, scopes).map_err(|e| e.to_string())
+    }
+}
+
+/// Whether a bearer token has the shape of a JWT (three base64url parts)
+/// rather than one of the ledger's own tokens.
+pub fn looks_like_jwt(token: &str) -> bool {
+    !token.starts_with(super::tokens::TOKEN_PREFIX) && token.split('.').count() == 3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_set_that_cannot_be_used_is_said_so() {
+        let load = |text: &str| JwtConfig::from_jwks(text, "iss", "aud", "sub").unwrap_err();
+        assert!(load("not json").contains("not a JWKS document"));
+        assert!(load(r#"{"keys":[]}"#).contains("no keys"));
+        let hmac = r#"{"keys":[{"kty":"oct","kid":"s","k":"c2VjcmV0","alg":"HS256"}]}"#;
+        assert!(load(hmac).contains("is not for EdDSA"), "{}", load(hmac));
+        let p384 = r#"{"keys":[{"kty":"EC","crv":"P-384","kid":"p","x":"AA","y":"AA"}]}"#;
+        assert!(load(p384).contains("key p is not for"));
+        let missing = JwtConfig::load(Path::new("/nonexistent/jwks.json"), "i", "a", "sub");
+        assert!(missing
+            .unwrap_err()
+            .to_string()
+            .contains("--jwt-jwks /nonexistent/jwks.json"));
+    }
+
+    #[test]
+    fn only_three_part_tokens_not_the_ledgers_own_look_like_jwts() {
+        assert!(looks_like_jwt("a.b.c"));
+        assert!(!looks_like_jwt("alt_a.b.c"));
+        assert!(!looks_like_jwt("a.b"));
+        assert!(!looks_like_jwt("alt_abc"));
+    }
+}
