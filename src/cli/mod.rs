@@ -19,7 +19,9 @@ mod tokens;
 use agentledger::apply::{apply_stream_as, apply_stream_with, MAX_LINE_BYTES};
 use agentledger::engine::{DataDir, Engine, EngineOptions};
 use agentledger::log::embedded::EmbeddedLog;
-use agentledger::log::kafka::{KafkaConfig, KafkaLog};
+use agentledger::log::kafka::{
+    KafkaConfig, KafkaLog, KafkaSecurity, Password, SaslLogin, SaslMechanism,
+};
 use agentledger::log::Log;
 use agentledger::queries::Query;
 use anyhow::{Context, Result};
@@ -51,6 +53,40 @@ pub struct Cli {
     /// Seconds to wait for Kafka before giving up with an error.
     #[arg(long, global = true, default_value_t = 30)]
     pub kafka_timeout: u64,
+    /// Speak TLS to the Kafka brokers, trusting the system's certificate
+    /// authorities (or --kafka-tls-ca).
+    #[arg(long, global = true)]
+    pub kafka_tls: bool,
+    /// A PEM file of the certificate authority that signs the Kafka
+    /// brokers' certificates (implies --kafka-tls).
+    #[arg(long, global = true, env = "AGENTLEDGER_KAFKA_TLS_CA")]
+    pub kafka_tls_ca: Option<PathBuf>,
+    /// SASL mechanism to log in to the brokers with: scram-sha-512
+    /// (default), scram-sha-256 or plain (plain only over TLS).
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTLEDGER_KAFKA_SASL_MECHANISM",
+        requires = "kafka_user"
+    )]
+    pub kafka_sasl_mechanism: Option<SaslMechanism>,
+    /// SASL user name on the Kafka brokers (with --kafka-password-file).
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTLEDGER_KAFKA_USER",
+        requires = "kafka_password_file"
+    )]
+    pub kafka_user: Option<String>,
+    /// A file whose first line is the SASL password (a file, so that the
+    /// password never shows in the process list).
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTLEDGER_KAFKA_PASSWORD_FILE",
+        requires = "kafka_user"
+    )]
+    pub kafka_password_file: Option<PathBuf>,
     /// Partitions of the ledger topic when it is created.
     #[arg(long, global = true, default_value_t = 4)]
     pub ledger_partitions: u32,
@@ -332,20 +368,45 @@ pub fn options(cli: &Cli) -> EngineOptions {
     o
 }
 
-pub fn kafka_config(cli: &Cli) -> Option<KafkaConfig> {
-    cli.kafka.as_ref().map(|brokers| KafkaConfig {
+/// TLS and SASL towards the brokers, as the flags ask; the password file is
+/// read here, so that a missing one is named before anything connects.
+fn kafka_security(cli: &Cli) -> Result<KafkaSecurity> {
+    let sasl = match (&cli.kafka_user, &cli.kafka_password_file) {
+        (Some(user), Some(file)) => Some(SaslLogin {
+            mechanism: cli
+                .kafka_sasl_mechanism
+                .unwrap_or(SaslMechanism::ScramSha512),
+            user: user.clone(),
+            password: Password::from_file(file)?,
+        }),
+        _ => None,
+    };
+    Ok(KafkaSecurity {
+        tls: cli.kafka_tls || cli.kafka_tls_ca.is_some(),
+        tls_ca: cli.kafka_tls_ca.clone(),
+        sasl,
+    })
+}
+
+pub fn kafka_config(cli: &Cli) -> Result<Option<KafkaConfig>> {
+    let Some(brokers) = &cli.kafka else {
+        return Ok(None);
+    };
+    let security = kafka_security(cli)?;
+    Ok(Some(KafkaConfig {
         brokers: brokers.clone(),
         topic_prefix: cli.topic_prefix.clone(),
         ledger_partitions: cli.ledger_partitions,
         replication_factor: cli.replication,
         min_insync_replicas: (cli.replication >= 3).then_some(2),
         timeout: std::time::Duration::from_secs(cli.kafka_timeout.max(1)),
+        security,
         ..KafkaConfig::default()
-    })
+    }))
 }
 
 pub fn open_engine(cli: &Cli) -> Result<Engine> {
-    match kafka_config(cli) {
+    match kafka_config(cli)? {
         Some(k) => Engine::open_kafka(&cli.data, &k, options(cli)).with_context(|| {
             format!(
                 "opening the ledger on Kafka at {} (views in {})",
@@ -361,7 +422,7 @@ pub fn open_engine(cli: &Cli) -> Result<Engine> {
 /// The engine for a command that only reads the ledger: on the embedded
 /// log the log is opened read-only (a torn tail is reported, never cut).
 pub fn open_engine_read_only(cli: &Cli) -> Result<Engine> {
-    match kafka_config(cli) {
+    match kafka_config(cli)? {
         Some(_) => open_engine(cli),
         None => Engine::open_embedded_read_only(&cli.data, options(cli))
             .with_context(|| format!("opening the ledger in {}", cli.data.display())),
@@ -372,7 +433,7 @@ pub fn open_engine_read_only(cli: &Cli) -> Result<Engine> {
 /// log, with the data dir's lock held so that no writer appends meanwhile.
 pub fn open_log_read_only(cli: &Cli) -> Result<(Option<std::fs::File>, Box<dyn Log>)> {
     let opts = options(cli);
-    Ok(match kafka_config(cli) {
+    Ok(match kafka_config(cli)? {
         Some(k) => (
             None,
             Box::new(
@@ -571,7 +632,7 @@ fn rebuild(cli: &Cli) -> Result<i32> {
     let dd = DataDir::new(&cli.data);
     let _lock = dd.lock()?;
     let opts = options(cli);
-    let log: Box<dyn Log> = match kafka_config(cli) {
+    let log: Box<dyn Log> = match kafka_config(cli)? {
         Some(k) => Box::new(KafkaLog::connect(&k)?),
         None => Box::new(EmbeddedLog::open(dd.log(), &opts.embedded)?),
     };

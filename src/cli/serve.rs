@@ -32,14 +32,16 @@ pub struct ServeOptions {
 }
 
 /// The engine `serve` opens, on its own thread.
-fn opener(cli: &Cli) -> impl FnOnce() -> Result<agentledger::Engine, LedgerError> + Send + 'static {
+fn opener(
+    cli: &Cli,
+) -> Result<impl FnOnce() -> Result<agentledger::Engine, LedgerError> + Send + 'static> {
     let data = cli.data.clone();
-    let kafka = super::kafka_config(cli);
+    let kafka = super::kafka_config(cli)?;
     let opts = super::options(cli);
-    move || match kafka {
+    Ok(move || match kafka {
         Some(k) => agentledger::Engine::open_kafka(&data, &k, opts),
         None => agentledger::Engine::open_embedded(&data, opts),
-    }
+    })
 }
 
 pub fn serve(cli: &Cli, opts: &ServeOptions, shutdown: Arc<AtomicBool>) -> Result<i32> {
@@ -56,7 +58,7 @@ pub fn serve(cli: &Cli, opts: &ServeOptions, shutdown: Arc<AtomicBool>) -> Resul
     };
     eprintln!("agentledger serving {where_}; stop with ctrl-c or SIGTERM");
     let summary = agentledger::server::run(
-        opener(cli),
+        opener(cli)?,
         loop_opts,
         opts.listen.map(|a| (a, opts.http.clone())),
         &cli.data,

@@ -36,6 +36,7 @@
 //! until the timeout. A manual `assign` needs a `group.id` (librdkafka has no
 //! assignment without a consumer group); nothing is committed to it.
 
+pub use super::kafka_security::{KafkaSecurity, Password, SaslLogin, SaslMechanism};
 use super::{Log, LogError, LogRecord, Topic};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::ClientContext;
@@ -78,6 +79,8 @@ pub struct KafkaConfig {
     /// How long the group waits for a silent instance before handing its
     /// ledger partitions to the others (`session.timeout.ms`).
     pub group_session_timeout: Duration,
+    /// TLS and SASL towards the brokers.
+    pub security: KafkaSecurity,
 }
 
 impl KafkaConfig {
@@ -101,6 +104,7 @@ impl Default for KafkaConfig {
             min_insync_replicas: None,
             timeout: Duration::from_secs(30),
             group_session_timeout: Duration::from_secs(10),
+            security: KafkaSecurity::default(),
         }
     }
 }
@@ -435,6 +439,7 @@ pub(super) fn base_config(config: &KafkaConfig) -> ClientConfig {
             ms(config.timeout).clamp(10, 300_000).to_string(),
         )
         .set_log_level(RDKafkaLogLevel::Info);
+    config.security.apply(&mut c);
     c
 }
 
@@ -490,6 +495,76 @@ fn consumer_config(config: &KafkaConfig) -> ClientConfig {
     .set("fetch.wait.max.ms", "100")
     .set("queued.max.messages.kbytes", "32768");
     c
+}
+
+/// Keeps the brokers' last complaint (a refused login, a failed TLS
+/// handshake) for the error `connect` gives.
+#[derive(Default)]
+struct ProbeCtx {
+    last: Mutex<Option<(Option<RDKafkaErrorCode>, String)>>,
+}
+
+impl ClientContext for ProbeCtx {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log_to_tracing(level, fac, message)
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(target: "librdkafka", "{error}: {reason}");
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((error.rdkafka_error_code(), reason.to_owned()));
+    }
+}
+
+impl ConsumerContext for ProbeCtx {}
+
+/// The cluster's metadata, asked for in short slices until `config.timeout`
+/// so that a login or certificate the brokers refuse ends the wait at once,
+/// with their reason (librdkafka itself would retry until the timeout).
+fn probe(
+    config: &KafkaConfig,
+    unreachable: impl Fn(String) -> LogError,
+) -> Result<Metadata, LogError> {
+    let probe: BaseConsumer<ProbeCtx> = consumer_config(config)
+        .create_with_context(ProbeCtx::default())
+        .map_err(|e| LogError::Config(format!("cannot create a Kafka client: {e}")))?;
+    let deadline = Instant::now() + config.timeout;
+    let mut problem = String::from("no answer");
+    loop {
+        // Serves the client's event queue: the brokers' complaints reach
+        // the context through it.
+        let _ = probe.poll(Duration::ZERO);
+        let last = probe
+            .context()
+            .last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some((code, reason)) = &last {
+            if matches!(
+                code,
+                Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SSL)
+            ) {
+                return Err(LogError::Config(format!(
+                    "Kafka at {} refused the connection over {}: {reason}",
+                    config.brokers,
+                    config.security.describe()
+                )));
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            if let Some((_, reason)) = last {
+                problem = format!("{problem}; last broker error: {reason}");
+            }
+            return Err(unreachable(problem));
+        }
+        match probe.fetch_metadata(None, left.min(Duration::from_millis(250))) {
+            Ok(md) if !md.brokers().is_empty() => return Ok(md),
+            Ok(_) => problem = "the cluster lists no brokers".into(),
+            Err(e) => problem = e.to_string(),
+        }
+    }
 }
 
 /// An append whose records are with librdkafka, awaiting their delivery
@@ -585,18 +660,14 @@ impl KafkaLog {
                 human(t)
             ))
         };
+        config.security.check()?;
+        let md = probe(config, unreachable)?;
         let admin: AdminClient<Ctx> = base_config(config)
             .create_with_context(Ctx)
             .map_err(|e| unreachable(format!("cannot create a client: {e}")))?;
-        let md = admin
-            .inner()
-            .fetch_metadata(None, t)
-            .map_err(|e| unreachable(e.to_string()))?;
-        if md.brokers().is_empty() {
-            return Err(unreachable("the cluster lists no brokers".into()));
-        }
         tracing::info!(
             brokers = %config.brokers,
+            security = %config.security.describe(),
             listed = md.brokers().len(),
             "connected to Kafka"
         );

@@ -10,6 +10,7 @@ pub mod embedded;
 pub mod group;
 pub mod kafka;
 mod kafka_group;
+mod kafka_security;
 mod murmur2;
 
 use std::fmt;

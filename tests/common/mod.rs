@@ -13,7 +13,9 @@ pub use wire::Via;
 use agentledger::apply::apply_value;
 use agentledger::engine::{Engine, EngineOptions};
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
-use agentledger::log::kafka::{KafkaConfig, KafkaLog};
+use agentledger::log::kafka::{
+    KafkaConfig, KafkaLog, KafkaSecurity, Password, SaslLogin, SaslMechanism,
+};
 use agentledger::log::{Log, LogRecord, Topic};
 use agentledger::protocol;
 use serde_json::{json, Value};
@@ -38,6 +40,17 @@ impl Backend {
             topic_prefix: unique_prefix(test),
             timeout: Duration::from_secs(30),
             ..KafkaConfig::new(required_env(KAFKA_ENV))
+        })
+    }
+
+    /// Like [`Backend::kafka`], through the cluster's SASL_SSL listener
+    /// (TLS to the test CA, SCRAM-SHA-512 as its test user).
+    pub fn kafka_sasl_ssl(test: &str) -> Self {
+        Backend::Kafka(KafkaConfig {
+            topic_prefix: unique_prefix(test),
+            timeout: Duration::from_secs(30),
+            security: secure_kafka_security(SaslMechanism::ScramSha512),
+            ..KafkaConfig::new(required_env(KAFKA_SECURE_ENV))
         })
     }
 
@@ -74,11 +87,19 @@ impl On {
             via,
         }
     }
+
+    pub fn kafka_sasl_ssl(test: &str, via: Via) -> Self {
+        On {
+            backend: Backend::kafka_sasl_ssl(test),
+            via,
+        }
+    }
 }
 
 /// Each rule test `NAME(on: &On)` runs on every backend through every
 /// transport: `embedded::NAME`, `embedded_http::NAME`, `embedded_ws::NAME`,
-/// and the same three on Kafka.
+/// the same three on Kafka, and once more on Kafka through its SASL_SSL
+/// listener (`kafka_sasl_ssl::NAME`).
 #[allow(unused_macros)]
 macro_rules! on_every_backend_and_transport {
     ($($name:ident),* $(,)?) => {
@@ -99,6 +120,9 @@ macro_rules! on_every_backend_and_transport {
         }
         mod kafka_ws {
             $( #[test] fn $name() { super::$name(&crate::common::On::kafka(stringify!($name), crate::common::Via::WebSocket)) } )*
+        }
+        mod kafka_sasl_ssl {
+            $( #[test] fn $name() { super::$name(&crate::common::On::kafka_sasl_ssl(stringify!($name), crate::common::Via::Engine)) } )*
         }
     };
 }
@@ -444,6 +468,29 @@ pub const KAFKA_ENV: &str = "AGENTLEDGER_TEST_KAFKA";
 pub const KAFKA3_ENV: &str = "AGENTLEDGER_TEST_KAFKA3";
 /// `KAFKA_BASE` of the 3-node test cluster (for `tools/kafka/kafka.sh kill/restart`).
 pub const KAFKA3_BASE_ENV: &str = "AGENTLEDGER_TEST_KAFKA3_BASE";
+
+/// The 1-node test cluster's SASL_SSL listener (`tools/kafka/kafka.sh secure`).
+pub const KAFKA_SECURE_ENV: &str = "AGENTLEDGER_TEST_KAFKA_SECURE";
+/// PEM of the CA that signed the test brokers' certificates.
+pub const KAFKA_TLS_CA_ENV: &str = "AGENTLEDGER_TEST_KAFKA_TLS_CA";
+/// The SASL user of the test cluster.
+pub const KAFKA_SASL_USER_ENV: &str = "AGENTLEDGER_TEST_KAFKA_SASL_USER";
+/// The file holding its password.
+pub const KAFKA_SASL_PASSWORD_FILE_ENV: &str = "AGENTLEDGER_TEST_KAFKA_SASL_PASSWORD_FILE";
+
+/// TLS to the test CA and the test user's login with `mechanism`.
+pub fn secure_kafka_security(mechanism: SaslMechanism) -> KafkaSecurity {
+    KafkaSecurity {
+        tls: true,
+        tls_ca: Some(required_env(KAFKA_TLS_CA_ENV).into()),
+        sasl: Some(SaslLogin {
+            mechanism,
+            user: required_env(KAFKA_SASL_USER_ENV),
+            password: Password::from_file(Path::new(&required_env(KAFKA_SASL_PASSWORD_FILE_ENV)))
+                .expect("the test cluster's password file"),
+        }),
+    }
+}
 
 /// The value of a test-cluster variable; fails the test (never skips it)
 /// when it is not set.
