@@ -9,6 +9,10 @@
 //! HTTP, and with it over HTTPS: the cost of authentication and of TLS.
 //! Run through `tools/bench-serve [SECONDS=5]`.
 
+#[path = "../tests/common/tls.rs"]
+#[allow(dead_code)]
+mod tls;
+
 use agentledger::engine::{Engine, EngineOptions};
 use agentledger::server::{self, HttpOptions, LoopOptions};
 use serde_json::json;
@@ -110,22 +114,13 @@ fn client(token: &str, ca: Option<&[u8]>) -> reqwest::blocking::Client {
 /// A certificate authority (PEM) and a certificate for 127.0.0.1 it
 /// signed, written into `dir`.
 fn certificate(dir: &std::path::Path) -> (Vec<u8>, server::TlsFiles) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
+    let ca = tls::TestCa::new();
+    let (cert, key) = ca.server(dir, "bench");
     let files = server::TlsFiles {
-        cert: dir.join("cert.pem"),
-        key: dir.join("key.pem"),
+        cert,
+        key,
+        client_ca: None,
     };
-    std::fs::write(&files.cert, cert.pem()).unwrap();
-    std::fs::write(&files.key, key.serialize_pem()).unwrap();
     (ca.pem().into_bytes(), files)
 }
 

@@ -1109,25 +1109,9 @@ fn kafka_a_token_revoked_on_one_instance_stops_working_on_another() {
 /// A certificate authority and a certificate it signed for 127.0.0.1, as
 /// PEM files in `dir`: (ca, cert, key).
 fn certificates(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
-    let paths = (
-        dir.join(format!("{name}-ca.pem")),
-        dir.join(format!("{name}-cert.pem")),
-        dir.join(format!("{name}-key.pem")),
-    );
-    std::fs::write(&paths.0, ca.pem()).unwrap();
-    std::fs::write(&paths.1, cert.pem()).unwrap();
-    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
-    paths
+    let ca = common::tls::TestCa::new();
+    let (cert, key) = ca.server(dir, name);
+    (ca.write(dir, name), cert, key)
 }
 
 /// `serve --tls-cert --tls-key`: HTTPS with rustls; a client that trusts
@@ -1212,4 +1196,171 @@ fn https_answers_clients_that_trust_its_ca_and_only_them() {
         assert!(!err.contains("PRIVATE KEY"), "{err}");
         assert!(!d2.path().join("serve.addr").exists());
     }
+}
+
+/// `serve --client-ca`: a client certificate signed by that CA
+/// authenticates as the principal its URI SAN names, with no bearer token,
+/// and is held to the same policy as a token (an agent may not publish, a
+/// platform publishes in its scopes with its grant as access, an auditor
+/// reads); a certificate naming no one is 401 saying why, one signed by
+/// another CA is refused at the handshake, and clients with only a bearer
+/// token still get in. A CA file that cannot be used is said before
+/// anything listens.
+#[test]
+fn client_certificates_authenticate_as_the_principal_their_san_names() {
+    use common::tls::TestCa;
+    let d = tempfile::tempdir().unwrap();
+    let server_ca = TestCa::new();
+    let (cert, key) = server_ca.server(d.path(), "server");
+    let clients = TestCa::new();
+    let clients_file = clients.write(d.path(), "clients");
+    let data = d.path().join("data");
+    let path = |p: &PathBuf| p.to_str().unwrap().to_owned();
+    let s = start(
+        &data,
+        None,
+        &[
+            "--tls-cert",
+            &path(&cert),
+            "--tls-key",
+            &path(&key),
+            "--client-ca",
+            &path(&clients_file),
+        ],
+    );
+    let client = |identity: Option<(PathBuf, PathBuf)>| {
+        let mut b = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .add_root_certificate(
+                reqwest::Certificate::from_pem(server_ca.pem().as_bytes()).unwrap(),
+            );
+        if let Some((cert, key)) = identity {
+            let mut pem = std::fs::read(key).unwrap();
+            pem.extend(std::fs::read(cert).unwrap());
+            b = b.identity(reqwest::Identity::from_pem(&pem).unwrap());
+        }
+        b.build().unwrap()
+    };
+    let op = |c: &reqwest::blocking::Client, body: Value| -> (u16, Value) {
+        let r = c
+            .post(format!("{}/v1/ops", s.url))
+            .body(body.to_string())
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.json().unwrap())
+    };
+    let publish = |agent: &str| json!({"op":"publish_agent","agent":agent,"scope":"acme/travel","access":["acme/travel"]});
+
+    let platform = client(Some(clients.client(
+        d.path(),
+        "platform",
+        &["agentledger:platform:acme?scope=acme/travel"],
+    )));
+    let (status, a) = op(&platform, publish("hotel"));
+    assert_eq!(status, 200, "{a}");
+    let (status, a) = op(
+        &platform,
+        json!({"op":"publish_agent","agent":"bank","scope":"globex/finance"}),
+    );
+    assert_eq!(status, 403, "{a}");
+    assert_eq!(a["error"]["code"], "forbidden", "{a}");
+
+    let agent = client(Some(clients.client(
+        d.path(),
+        "agent",
+        &["spiffe://acme/hotel", "agentledger:agent:hotel"],
+    )));
+    let (status, a) = op(&agent, publish("weather"));
+    assert_eq!(status, 403, "{a}");
+
+    let auditor = client(Some(clients.client(
+        d.path(),
+        "auditor",
+        &["agentledger:auditor"],
+    )));
+    let r = auditor
+        .get(format!("{}/v1/agents/hotel", s.url))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let shown: Value = r.json().unwrap();
+    assert!(
+        shown.to_string().contains(r#""access":["acme/travel"]"#),
+        "the platform's grant is the agent's access: {shown}"
+    );
+    let (status, a) = op(&auditor, publish("spy"));
+    assert_eq!(status, 403, "{a}");
+
+    // Certificates that name no one, or two: 401, saying why.
+    for (name, uris, says) in [
+        ("nobody", &["spiffe://acme/hotel"][..], "names no principal"),
+        (
+            "twice",
+            &["agentledger:auditor", "agentledger:agent:hotel"][..],
+            "names 2 principals",
+        ),
+        ("bad", &["agentledger:root"][..], "agentledger:root"),
+    ] {
+        let c = client(Some(clients.client(d.path(), name, uris)));
+        let (status, a) = op(&c, publish("x"));
+        assert_eq!(status, 401, "{name}: {a}");
+        assert!(
+            a["error"]["message"].as_str().unwrap().contains(says),
+            "{name}: {a}"
+        );
+    }
+    // Signed by another CA: no connection at all.
+    let stranger = TestCa::new();
+    let e = client(Some(stranger.client(
+        d.path(),
+        "stranger",
+        &["agentledger:operator"],
+    )))
+    .post(format!("{}/v1/ops", s.url))
+    .body(publish("x").to_string())
+    .send()
+    .unwrap_err();
+    assert!(e.is_connect() || e.is_request(), "{e:?}");
+    // No certificate: a bearer token, or 401.
+    let (status, _) = op(&client(None), publish("x"));
+    assert_eq!(status, 401);
+    let r = client(None)
+        .post(format!("{}/v1/ops", s.url))
+        .header("authorization", bearer(&s.url))
+        .body(publish("ops").to_string())
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    // A bearer token speaks for its request even on a certificate's
+    // connection.
+    let r = agent
+        .post(format!("{}/v1/ops", s.url))
+        .header("authorization", bearer(&s.url))
+        .body(publish("ops2").to_string())
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    drop(s);
+
+    let d2 = tempfile::tempdir().unwrap();
+    let (code, _, err) = common::cli(
+        d2.path(),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            &path(&cert),
+            "--tls-key",
+            &path(&key),
+            "--client-ca",
+            &path(&key),
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--client-ca") && err.contains("no PEM certificate"),
+        "{err}"
+    );
+    assert!(!d2.path().join("serve.addr").exists());
 }

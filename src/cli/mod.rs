@@ -232,6 +232,12 @@ pub enum Command {
         /// The certificate's private key, PEM.
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<PathBuf>,
+        /// mTLS: client certificates signed by a CA of this PEM file
+        /// authenticate as the principal their URI SAN names
+        /// (agentledger:agent:hotel, agentledger:platform:acme?scope=acme/travel);
+        /// clients without one still show a bearer token.
+        #[arg(long, requires = "tls_cert")]
+        client_ca: Option<PathBuf>,
         /// Accept JWTs signed by the keys of this JWKS file (EdDSA, ES256,
         /// RS256) besides the ledger's own tokens.
         #[arg(long, requires_all = ["jwt_issuer", "jwt_audience", "listen"])]
@@ -559,6 +565,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             max_streams,
             tls_cert,
             tls_key,
+            client_ca,
             jwt_jwks,
             jwt_issuer,
             jwt_audience,
@@ -576,10 +583,13 @@ fn run_command(cli: Cli) -> Result<i32> {
                     timeout: std::time::Duration::from_millis(*request_timeout_ms),
                     max_in_flight: *max_in_flight,
                     max_streams: *max_streams,
-                    tls: tls_cert
-                        .clone()
-                        .zip(tls_key.clone())
-                        .map(|(cert, key)| agentledger::server::TlsFiles { cert, key }),
+                    tls: tls_cert.clone().zip(tls_key.clone()).map(|(cert, key)| {
+                        agentledger::server::TlsFiles {
+                            cert,
+                            key,
+                            client_ca: client_ca.clone(),
+                        }
+                    }),
                     jwt: match jwt_jwks {
                         Some(file) => Some(std::sync::Arc::new(
                             agentledger::auth::jwt::JwtConfig::load(

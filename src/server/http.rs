@@ -6,6 +6,7 @@
 
 use super::events::{self, Cursor, Filter};
 use super::ledger::{grant_of, Caller, Gone, LedgerHandle, Line};
+use super::tls::ClientIdentity;
 use crate::apply::parse_line;
 use crate::auth::{authorize, jwt, tokens, Action, Facts};
 use crate::codes::Code;
@@ -181,11 +182,19 @@ fn failure_response(f: Failure) -> Response {
 /// Who a request comes from, by its `Authorization: Bearer` header: the
 /// operator when it shows the session token, else a token the ledger
 /// thread looks up. No header, or not a bearer one: 401.
-fn caller(s: &AppState, headers: &HeaderMap) -> Result<Caller, Failure> {
-    let value = headers
+fn caller(s: &AppState, asked: &Asked) -> Result<Caller, Failure> {
+    let value = asked
         .get(header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or(""));
     let unauthenticated = |u: tokens::Unauthenticated| Failure::new(Code::Unauthenticated, u.0);
+    // A bearer token speaks for this request; a client certificate for
+    // every request of its connection that shows none.
+    if let (None, Some(ClientIdentity(identity))) = (value, &asked.client) {
+        return identity
+            .clone()
+            .map(Caller::Granted)
+            .map_err(unauthenticated);
+    }
     let token = tokens::bearer_token(value).map_err(unauthenticated)?;
     if let Some(jwt) = s.opts.jwt.as_ref().filter(|_| jwt::looks_like_jwt(token)) {
         let grant = jwt.verify(token).map_err(unauthenticated)?;
@@ -200,6 +209,39 @@ fn caller(s: &AppState, headers: &HeaderMap) -> Result<Caller, Failure> {
 /// Compare two hashes in time that does not depend on where they differ.
 fn same_secret(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// A request's headers and the principal its connection's client
+/// certificate names (mTLS), if it showed one: what `caller` needs.
+pub struct Asked {
+    headers: HeaderMap,
+    client: Option<ClientIdentity>,
+}
+
+impl std::ops::Deref for Asked {
+    type Target = HeaderMap;
+
+    fn deref(&self) -> &HeaderMap {
+        &self.headers
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Asked {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Infallible> {
+        Ok(Asked {
+            headers: parts.headers.clone(),
+            client: parts
+                .extensions
+                .get::<Option<ClientIdentity>>()
+                .cloned()
+                .flatten(),
+        })
+    }
 }
 
 /// What a caller asks for beyond operations.
@@ -235,7 +277,7 @@ async fn permit(s: &AppState, caller: Caller, what: Permit) -> Result<(), Failur
 
 /// `caller` and `permit` in one: the response to send instead when the
 /// request may not go on.
-async fn admitted(s: &AppState, headers: &HeaderMap, what: Permit) -> Result<(), Response> {
+async fn admitted(s: &AppState, headers: &Asked, what: Permit) -> Result<(), Response> {
     let c = caller(s, headers).map_err(failure_response)?;
     permit(s, c, what).await.map_err(failure_response)
 }
@@ -310,7 +352,7 @@ fn reply_text(r: &Reply) -> String {
 
 async fn ops(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    headers: Asked,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let response = match caller(&s, &headers) {
@@ -419,7 +461,7 @@ pub const EXIT_HEADER: &str = "x-agentledger-exit";
 
 async fn ask(
     s: &AppState,
-    headers: &HeaderMap,
+    headers: &Asked,
     q: Query,
     params: &ReadParams,
     route: &'static str,
@@ -476,7 +518,7 @@ async fn ask_inner(s: &AppState, q: Query, params: &ReadParams) -> Response {
 
 async fn trail(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    headers: Asked,
     Path(run): Path<String>,
     QueryParams(p): QueryParams<ReadParams>,
 ) -> Response {
@@ -490,7 +532,7 @@ async fn trail(
 
 async fn chain(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    headers: Asked,
     Path(run): Path<String>,
     QueryParams(p): QueryParams<ReadParams>,
 ) -> Response {
@@ -506,7 +548,7 @@ async fn chain(
 
 async fn agent(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    headers: Asked,
     Path(name): Path<String>,
     QueryParams(p): QueryParams<ReadParams>,
 ) -> Response {
@@ -515,7 +557,7 @@ async fn agent(
 
 async fn stats(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    headers: Asked,
     Path(task): Path<String>,
     QueryParams(p): QueryParams<ReadParams>,
 ) -> Response {
@@ -531,7 +573,7 @@ async fn stats(
 
 async fn status(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    headers: Asked,
     QueryParams(p): QueryParams<ReadParams>,
 ) -> Response {
     ask(&s, &headers, Query::Status, &p, "/v1/status").await
@@ -539,7 +581,7 @@ async fn status(
 
 async fn tokens_list(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    headers: Asked,
     QueryParams(p): QueryParams<ReadParams>,
 ) -> Response {
     ask(&s, &headers, Query::Tokens, &p, "/v1/tokens").await
@@ -561,7 +603,7 @@ pub struct ExportParams {
 
 async fn export(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    headers: Asked,
     QueryParams(p): QueryParams<ExportParams>,
 ) -> Response {
     let q = Query::Export {
@@ -580,7 +622,7 @@ async fn export(
 /// thread); as long as it takes, without the request timeout.
 async fn verify(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    headers: Asked,
     QueryParams(p): QueryParams<ReadParams>,
 ) -> Response {
     if let Err(r) = admitted(&s, &headers, Permit::Read).await {
@@ -613,7 +655,7 @@ async fn verify(
     response
 }
 
-async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
+async fn metrics(State(s): State<AppState>, headers: Asked) -> Response {
     if let Err(r) = admitted(&s, &headers, Permit::Read).await {
         return r;
     }
@@ -719,7 +761,7 @@ fn too_many_streams(max: usize) -> Failure {
 
 async fn sse_events(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    headers: Asked,
     params: Result<QueryParams<EventParams>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(QueryParams(p)) = params else {
@@ -760,7 +802,7 @@ async fn sse_events(
 
 async fn ws(
     State(s): State<AppState>,
-    headers: HeaderMap,
+    headers: Asked,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     // Who is asking comes first: a caller without a credential learns

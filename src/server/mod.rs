@@ -20,7 +20,7 @@ use std::time::Duration;
 
 pub use http::HttpOptions;
 pub use ledger::{LoopOptions, Summary};
-pub use tls::{TlsError, TlsFiles};
+pub use tls::{ClientIdentity, TlsError, TlsFiles};
 
 /// The file in the data dir that names the address a running server
 /// listens on; the CLI finds the server through it.
@@ -144,14 +144,12 @@ fn listen_until(
                     // `stopping` by themselves.
                     stop.graceful_shutdown(Some(Duration::from_secs(5)));
                 });
-                axum_server::from_tcp_rustls(
-                    listener,
-                    axum_server::tls_rustls::RustlsConfig::from_config(config),
-                )
-                .handle(handle)
-                .serve(app.into_make_service())
-                .await
-                .map_err(|e| LedgerError::io("serving HTTPS", e))
+                axum_server::from_tcp(listener)
+                    .acceptor(tls::IdentifyingAcceptor::new(config))
+                    .handle(handle)
+                    .serve(app.into_make_service())
+                    .await
+                    .map_err(|e| LedgerError::io("serving HTTPS", e))
             }
         };
         let _ = std::fs::remove_file(&file);

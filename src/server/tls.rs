@@ -1,11 +1,24 @@
 //! TLS on the listener (`serve --tls-cert --tls-key`): rustls with the
 //! ring provider, so no OpenSSL is in the server's path. A certificate or
 //! key that cannot be used is a clear error before anything listens.
+//!
+//! With `--client-ca`, clients may show a certificate signed by that CA
+//! (mTLS); the acceptor reads the principal it names once per connection
+//! and hands it to every request of the connection as a [`ClientIdentity`].
+//! A client without a certificate still connects and shows a bearer token.
 
+use crate::auth::client_cert::grant_of_certificate;
+use crate::auth::{Grant, Unauthenticated};
+use axum_server::accept::Accept;
+use axum_server::tls_rustls::RustlsAcceptor;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use tower_layer::Layer;
 
 /// The PEM files the listener serves TLS with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +27,9 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// Its private key (PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
+    /// Certificate authorities whose client certificates authenticate
+    /// (mTLS); none asked for when `None`.
+    pub client_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -24,13 +40,19 @@ pub enum TlsError {
     Key { path: PathBuf, why: String },
     #[error("--tls-cert and --tls-key do not go together: {0}")]
     Mismatch(String),
+    #[error("--client-ca {path}: {why}")]
+    ClientCa { path: PathBuf, why: String },
 }
 
 fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let bad = |why: String| TlsError::Cert {
+    read_certificates(path).map_err(|why| TlsError::Cert {
         path: path.to_path_buf(),
         why,
-    };
+    })
+}
+
+fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let bad = |why: String| why;
     let certs = CertificateDer::pem_file_iter(path)
         .map_err(|e| bad(e.to_string()))?
         .collect::<Result<Vec<_>, _>>()
@@ -57,12 +79,83 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsE
     let certs = certificates(&files.cert)?;
     let key = private_key(&files.key)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::Mismatch(e.to_string()))?
-        .with_no_client_auth()
+        .map_err(|e| TlsError::Mismatch(e.to_string()))?;
+    let builder = match &files.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(path) => {
+            let bad = |why: String| TlsError::ClientCa {
+                path: path.clone(),
+                why,
+            };
+            let mut roots = rustls::RootCertStore::empty();
+            for ca in read_certificates(path).map_err(bad)? {
+                roots.add(ca).map_err(|e| bad(e.to_string()))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                // Bearer tokens stay a way in: a certificate is asked
+                // for, not required.
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| bad(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
         .with_single_cert(certs, key)
         .map_err(|e| TlsError::Mismatch(e.to_string()))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// Who a connection's client certificate names: the grant, or why it names
+/// no one (then a request needs a bearer token). Absent from requests of
+/// connections that showed no certificate.
+#[derive(Debug, Clone)]
+pub struct ClientIdentity(pub Result<Arc<Grant>, Unauthenticated>);
+
+/// The rustls acceptor, then the client certificate's principal put into
+/// every request of the connection.
+#[derive(Clone)]
+pub struct IdentifyingAcceptor {
+    inner: RustlsAcceptor,
+}
+
+impl IdentifyingAcceptor {
+    pub fn new(config: Arc<rustls::ServerConfig>) -> Self {
+        IdentifyingAcceptor {
+            inner: RustlsAcceptor::new(axum_server::tls_rustls::RustlsConfig::from_config(config)),
+        }
+    }
+}
+
+type Accepted<I, S> = std::io::Result<(
+    tokio_rustls::server::TlsStream<I>,
+    axum::middleware::AddExtension<S, Option<ClientIdentity>>,
+)>;
+
+impl<I, S> Accept<I, S> for IdentifyingAcceptor
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: Send + 'static,
+{
+    type Stream = tokio_rustls::server::TlsStream<I>;
+    type Service = axum::middleware::AddExtension<S, Option<ClientIdentity>>;
+    type Future = Pin<Box<dyn Future<Output = Accepted<I, S>> + Send>>;
+
+    fn accept(&self, stream: I, service: S) -> Self::Future {
+        let handshake = self.inner.accept(stream, service);
+        Box::pin(async move {
+            let (stream, service) = handshake.await?;
+            // The verifier already checked the chain and its validity.
+            let identity = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|leaf| ClientIdentity(grant_of_certificate(leaf).map(Arc::new)));
+            Ok((stream, axum::Extension(identity).layer(service)))
+        })
+    }
 }

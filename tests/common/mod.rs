@@ -6,6 +6,7 @@
 
 pub mod contract;
 pub mod mem;
+pub mod tls;
 pub mod wire;
 
 pub use wire::Via;
