@@ -247,3 +247,52 @@ fn apply_as_says_what_is_wrong_with_a_principal() {
         assert!(err.contains(says), "{who:?}: {err}");
     }
 }
+
+/// The read commands take `--as` too: an auditor reads, whoever else only
+/// writes or follows events is refused `forbidden` (exit 1) before
+/// anything is read, and a principal that is not one is said (exit 2).
+#[test]
+fn read_commands_as_a_principal_are_held_to_the_policy() {
+    let d = tempfile::tempdir().unwrap();
+    let (code, _, err) = apply_as(
+        d.path(),
+        &[],
+        &[
+            json!({"op":"publish_agent","agent":"hotel","scope":"acme/travel"}),
+            json!({"op":"open_run","run":"h1","agent":"hotel"}),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let reads: [&[&str]; 6] = [
+        &["trail", "h1"],
+        &["chain", "h1"],
+        &["agent", "hotel"],
+        &["status"],
+        &["export", "--run", "h1"],
+        &["verify"],
+    ];
+    for read in reads {
+        let as_auditor = [read, &["--as", "auditor"]].concat();
+        let (code, out, err) = common::cli(d.path(), &as_auditor);
+        assert_eq!(code, 0, "{as_auditor:?}: {out} {err}");
+        let (plain_code, plain, _) = common::cli(d.path(), read);
+        assert_eq!((code, &out), (plain_code, &plain), "{read:?}");
+        for who in [
+            &["--as", "agent:hotel"][..],
+            &["--as", "consumer"][..],
+            &["--as", "platform:acme", "--scope", "acme/travel"][..],
+        ] {
+            let args = [read, who].concat();
+            let (code, out, err) = common::cli(d.path(), &args);
+            assert_eq!(code, 1, "{args:?}: {out} {err}");
+            assert!(out.is_empty(), "{args:?}: {out}");
+            assert!(
+                err.contains("forbidden") && err.contains("read the ledger"),
+                "{err}"
+            );
+        }
+    }
+    let (code, _, err) = common::cli(d.path(), &["status", "--as", "root"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not one of operator"), "{err}");
+}

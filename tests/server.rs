@@ -666,6 +666,9 @@ fn the_cli_goes_through_a_running_server_and_prints_the_same() {
     );
     assert_eq!(code, 2, "{out} {err}");
     assert!(err.contains("--as acts on the data dir itself"), "{err}");
+    let (code, out, err) = common::cli(&data, &["status", "--as", "auditor"]);
+    assert_eq!(code, 2, "{out} {err}");
+    assert!(err.contains("--as acts on the data dir itself"), "{err}");
     // Tokens issued, listed and revoked through the server; an auditor's
     // token reads and may not write.
     let (code, token, err) = common::cli(

@@ -120,6 +120,84 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// `--as PRINCIPAL [--scope SCOPE]…`: the operator acting as another
+/// principal, for scripting and tests, on the data dir itself.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ActingAs {
+    /// Act as this principal (operator, platform:NAME, agent:NAME,
+    /// auditor, consumer): what it may not do is refused `forbidden`, and
+    /// what it writes is recorded as its.
+    #[arg(long = "as", value_name = "PRINCIPAL")]
+    pub principal: Option<String>,
+    /// A scope granted to the principal of `--as` (platforms need one;
+    /// repeatable).
+    #[arg(long = "scope", value_name = "SCOPE", requires = "principal")]
+    pub scopes: Vec<String>,
+}
+
+impl ActingAs {
+    /// The grant acted with: the operator's without `--as`.
+    pub fn grant(&self) -> Result<agentledger::auth::Grant> {
+        Ok(match &self.principal {
+            None => agentledger::auth::Grant::operator(),
+            Some(p) => agentledger::auth::Grant::new(
+                p.parse().map_err(|e| anyhow::anyhow!("--as: {e}"))?,
+                self.scopes.clone(),
+            )
+            .map_err(|e| anyhow::anyhow!("--as {p}: {e}"))?,
+        })
+    }
+
+    /// `--as` acts on the data dir; through a server, identities come from
+    /// credentials.
+    fn refuse_through(&self, server: &remote::Server) -> Result<()> {
+        if self.principal.is_some() {
+            anyhow::bail!(
+                "--as acts on the data dir itself; a server is running on it ({}), \
+                 and its callers' identities come from their credentials",
+                server.url()
+            );
+        }
+        Ok(())
+    }
+
+    /// For a command that reads the ledger: `Some(exit code)` when the
+    /// principal may not read (said on stderr), before anything is opened.
+    pub fn may_read(&self, cli: &Cli) -> Result<Option<i32>> {
+        if self.principal.is_none() {
+            return Ok(None);
+        }
+        let grant = self.grant()?;
+        if let Some(server) = remote::server_for(cli)? {
+            self.refuse_through(&server)?;
+        }
+        use agentledger::auth::{authorize, Action, Facts};
+        Ok(match authorize(&grant, Action::Read, &Facts::default()) {
+            Ok(()) => None,
+            Err(forbidden) => {
+                eprintln!("agentledger: forbidden: {forbidden}");
+                Some(1)
+            }
+        })
+    }
+}
+
+impl Command {
+    /// Who a command that reads the ledger acts as.
+    fn reads_as(&self) -> Option<&ActingAs> {
+        match self {
+            Command::Trail { acting, .. }
+            | Command::Stats { acting, .. }
+            | Command::Verify { acting, .. }
+            | Command::Export { acting, .. }
+            | Command::Chain { acting, .. }
+            | Command::Agent { acting, .. }
+            | Command::Status { acting } => Some(acting),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 pub enum Command {
     /// Apply JSON-lines operations from a file or `-` (stdin).
@@ -128,21 +206,16 @@ pub enum Command {
         /// Longest accepted line in bytes.
         #[arg(long, default_value_t = MAX_LINE_BYTES)]
         max_line_bytes: usize,
-        /// Act as this principal (operator, platform:NAME, agent:NAME,
-        /// auditor, consumer): what it may not do is refused `forbidden`,
-        /// and what it does is recorded as its.
-        #[arg(long = "as", value_name = "PRINCIPAL")]
-        as_principal: Option<String>,
-        /// A scope granted to the principal of `--as` (platforms need one;
-        /// repeatable).
-        #[arg(long = "scope", value_name = "SCOPE", requires = "as_principal")]
-        scopes: Vec<String>,
+        #[command(flatten)]
+        acting: ActingAs,
     },
     /// Show the trail of a run (or of its whole chain).
     Trail {
         run: String,
         #[arg(long)]
         chain: bool,
+        #[command(flatten)]
+        acting: ActingAs,
         /// Show the trail as it stood at a ledger offset (a number) or a
         /// time (RFC 3339, e.g. 2026-12-02T10:00:00Z, or Unix milliseconds
         /// followed by "ms").
@@ -150,12 +223,18 @@ pub enum Command {
         as_of: Option<String>,
     },
     /// Context-exchange totals of a task: bytes inline vs behind references.
-    Stats { task: String },
+    Stats {
+        task: String,
+        #[command(flatten)]
+        acting: ActingAs,
+    },
     /// Recompute every digest and hash chain from the log (or check an
     /// export file alone); exit 0 clean, 1 mismatch, 2 unable to read.
     Verify {
         #[arg(long)]
         export: Option<PathBuf>,
+        #[command(flatten)]
+        acting: ActingAs,
     },
     /// Write checkpoints now, covering every record of the log.
     Checkpoint,
@@ -171,11 +250,21 @@ pub enum Command {
         /// Write to a file instead of stdout.
         #[arg(long, short)]
         out: Option<PathBuf>,
+        #[command(flatten)]
+        acting: ActingAs,
     },
     /// Show the runs of a run's chain with their hops.
-    Chain { run: String },
+    Chain {
+        run: String,
+        #[command(flatten)]
+        acting: ActingAs,
+    },
     /// Show an agent's versions and their loop warnings.
-    Agent { name: String },
+    Agent {
+        name: String,
+        #[command(flatten)]
+        acting: ActingAs,
+    },
     /// Rebuild every view from the log.
     Rebuild,
     /// Remove from the content store the bytes no live reference holds (an
@@ -188,7 +277,10 @@ pub enum Command {
         grace_secs: u64,
     },
     /// Log ends, projected offsets, lag, dispatcher cursors and view sizes.
-    Status,
+    Status {
+        #[command(flatten)]
+        acting: ActingAs,
+    },
     /// Run the projector, the dispatcher and checkpoints continuously until
     /// ctrl-c or SIGTERM.
     Serve {
@@ -461,21 +553,18 @@ const APPLY_READ_AHEAD: usize = 1 << 20;
 fn run_command(cli: Cli) -> Result<i32> {
     agentledger::model::ids::check_topic_prefix(&cli.topic_prefix)
         .map_err(|e| anyhow::anyhow!("--topic-prefix: {e}"))?;
+    if let Some(acting) = cli.command.reads_as() {
+        if let Some(code) = acting.may_read(&cli)? {
+            return Ok(code);
+        }
+    }
     match &cli.command {
         Command::Apply {
             file,
             max_line_bytes,
-            as_principal,
-            scopes,
+            acting,
         } => {
-            let grant = match as_principal {
-                None => agentledger::auth::Grant::operator(),
-                Some(p) => agentledger::auth::Grant::new(
-                    p.parse().map_err(|e| anyhow::anyhow!("--as: {e}"))?,
-                    scopes.clone(),
-                )
-                .map_err(|e| anyhow::anyhow!("--as {p}: {e}"))?,
-            };
+            let grant = acting.grant()?;
             // Read ahead generously: the lines already read are decided
             // as one commit group.
             let source: Box<dyn std::io::Read> = if file == "-" {
@@ -487,13 +576,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             let summary = if let Some(server) = remote::server_for(&cli)? {
-                if as_principal.is_some() {
-                    anyhow::bail!(
-                        "--as acts on the data dir itself; a server is running on it ({}), \
-                         and its callers' identities come from their credentials",
-                        server.url()
-                    );
-                }
+                acting.refuse_through(&server)?;
                 // Through a server: the lines read ahead go in one body.
                 apply_stream_with(&mut input, &mut out, *max_line_bytes, 256, |lines| {
                     server.ops(lines)
@@ -516,7 +599,9 @@ fn run_command(cli: Cli) -> Result<i32> {
                 0
             })
         }
-        Command::Trail { run, chain, as_of } => inspect::ask(
+        Command::Trail {
+            run, chain, as_of, ..
+        } => inspect::ask(
             &cli,
             Query::Trail {
                 run: run.clone(),
@@ -524,14 +609,15 @@ fn run_command(cli: Cli) -> Result<i32> {
                 as_of: as_of.clone(),
             },
         ),
-        Command::Stats { task } => inspect::ask(&cli, Query::Stats { task: task.clone() }),
-        Command::Verify { export } => audit::verify(&cli, export.as_deref()),
+        Command::Stats { task, .. } => inspect::ask(&cli, Query::Stats { task: task.clone() }),
+        Command::Verify { export, .. } => audit::verify(&cli, export.as_deref()),
         Command::Checkpoint => audit::checkpoint(&cli),
         Command::Export {
             run,
             chain,
             as_of,
             out,
+            ..
         } => audit::export(
             &cli,
             run.as_deref(),
@@ -539,9 +625,9 @@ fn run_command(cli: Cli) -> Result<i32> {
             *as_of,
             out.as_deref(),
         ),
-        Command::Chain { run } => inspect::ask(&cli, Query::Chain { run: run.clone() }),
-        Command::Agent { name } => inspect::ask(&cli, Query::Agent { name: name.clone() }),
-        Command::Status => inspect::ask(&cli, Query::Status),
+        Command::Chain { run, .. } => inspect::ask(&cli, Query::Chain { run: run.clone() }),
+        Command::Agent { name, .. } => inspect::ask(&cli, Query::Agent { name: name.clone() }),
+        Command::Status { .. } => inspect::ask(&cli, Query::Status),
         Command::Rebuild => rebuild(&cli),
         Command::Demo { dir } => demo::run(dir),
         Command::Token { command } => tokens::run(&cli, command),
