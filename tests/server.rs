@@ -41,11 +41,22 @@ fn base_args(data: &Path, kafka: Option<&(String, String)>) -> Vec<String> {
 
 /// Start a server on any port and wait until it says where it listens.
 /// The child is killed and reaped when the returned `Server` is dropped.
-#[allow(clippy::zombie_processes)]
 fn start(data: &Path, kafka: Option<&(String, String)>, extra: &[&str]) -> Server {
+    start_with_env(data, kafka, extra, &[])
+}
+
+/// [`start`] with variables set in the server's environment.
+#[allow(clippy::zombie_processes)]
+fn start_with_env(
+    data: &Path,
+    kafka: Option<&(String, String)>,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Server {
     let stderr = data.with_extension(format!("serve-{}.err", std::process::id()));
     let mut c = Command::new(env!("CARGO_BIN_EXE_agentledger"));
-    c.args(base_args(data, kafka))
+    c.envs(env.iter().copied())
+        .args(base_args(data, kafka))
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args(if extra.contains(&"--poll-ms") {
             &[][..]
@@ -1366,4 +1377,166 @@ fn client_certificates_authenticate_as_the_principal_their_san_names() {
         "{err}"
     );
     assert!(!d2.path().join("serve.addr").exists());
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// No credential a server saw appears anywhere it writes: a server on
+/// Kafka over SASL_SSL, logging at debug level, is used with the session
+/// token, an issued token, a revoked one and made-up ones; afterwards its
+/// log, every file of its data dir, and what the CLI printed (trail,
+/// export, token list, status, metrics) are searched for each token and
+/// the Kafka password.
+#[test]
+fn no_credential_appears_in_logs_files_trails_or_exports() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let kafka = (
+        common::required_env(common::KAFKA_SECURE_ENV),
+        common::unique_prefix("no-credential"),
+    );
+    let password_file = common::required_env(common::KAFKA_SASL_PASSWORD_FILE_ENV);
+    let password = std::fs::read_to_string(&password_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let ca = common::required_env(common::KAFKA_TLS_CA_ENV);
+    let user = common::required_env(common::KAFKA_SASL_USER_ENV);
+    let secure = [
+        "--kafka-tls-ca",
+        ca.as_str(),
+        "--kafka-user",
+        user.as_str(),
+        "--kafka-password-file",
+        password_file.as_str(),
+    ];
+    let s = start_with_env(&data, Some(&kafka), &secure, &[("RUST_LOG", "debug")]);
+    let session = SESSIONS.lock().unwrap()[&s.url].clone();
+    let printed = std::cell::RefCell::new(String::new());
+    let mut cli = |args: &[&str]| {
+        let (code, out, err) = common::cli(&data, args);
+        printed.borrow_mut().push_str(&out);
+        printed.borrow_mut().push_str(&err);
+        (code, out)
+    };
+    // `token issue` prints the token once, by design: not searched.
+    let issue = |principal: &str, scope: &[&str]| {
+        let mut args = vec!["token", "issue", "--principal", principal];
+        args.extend(scope);
+        let (code, out, err) = common::cli(&data, &args);
+        assert_eq!(code, 0, "{out} {err}");
+        out.split_whitespace()
+            .find(|w| w.starts_with("alt_"))
+            .unwrap_or_else(|| panic!("no token in {out}"))
+            .to_owned()
+    };
+    let platform = issue("platform:acme", &["--scope", "acme"]);
+    let revoked = issue("auditor", &[]);
+    let (_, list) = cli(&["token", "list", "--json"]);
+    let revoked_id = list
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|t| t["principal"] == "auditor")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(cli(&["token", "revoke", &revoked_id]).0, 0);
+
+    let http = reqwest::blocking::Client::new();
+    let op = |token: &str, body: Value| {
+        let r = http
+            .post(format!("{}/v1/ops", s.url))
+            .header("authorization", format!("Bearer {token}"))
+            .body(body.to_string())
+            .send()
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.text().unwrap())
+    };
+    for body in [
+        json!({"op":"publish_agent","agent":"hotel","scope":"acme/travel","emits":[{"event":"booked","context":"booking","artifacts":["plan"]}]}),
+        json!({"op":"open_run","run":"h1","agent":"hotel"}),
+        json!({"op":"close_run","run":"h1","status":"succeeded","artifacts":{"plan":"room 12"}}),
+    ] {
+        let (status, text) = op(&platform, body);
+        assert_eq!(status, 200, "{text}");
+    }
+    let made_up = "alt_bm90LWEtcmVhbC10b2tlbi1idXQtbG9va3MtbGlrZS1vbmUw";
+    let jwt_like = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJvcGVyYXRvciJ9.c2VjcmV0LXNpZ25hdHVyZQ";
+    for token in [revoked.as_str(), made_up, jwt_like, "short"] {
+        let (status, text) = op(token, json!({"op":"dispatch"}));
+        assert_eq!(status, 401, "{text}");
+        printed.borrow_mut().push_str(&text);
+    }
+    for args in [
+        &["trail", "h1", "--json"][..],
+        &["trail", "h1"][..],
+        &["export", "--run", "h1"][..],
+        &["status", "--json"][..],
+        &["token", "list"][..],
+    ] {
+        let (code, out) = cli(args);
+        assert_eq!(code, 0, "{args:?}: {out}");
+    }
+    printed.borrow_mut().push_str(
+        &http
+            .get(format!("{}/metrics", s.url))
+            .header("authorization", format!("Bearer {session}"))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap(),
+    );
+    let printed = printed.into_inner();
+    assert!(printed.contains("h1"), "the outputs searched are real ones");
+    let _ = Command::new("kill")
+        .args(["-TERM", &s.child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while data.join("serve.addr").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !data.join("serve.token").exists(),
+        "the session token is removed at shutdown"
+    );
+    let log = std::fs::read_to_string(&s.stderr).unwrap();
+    assert!(log.contains("DEBUG"), "the server logged at debug level");
+    let needles = [
+        ("the session token", session.as_str()),
+        ("the platform's token", platform.as_str()),
+        ("the revoked token", revoked.as_str()),
+        ("a made-up token", made_up),
+        ("a JWT", jwt_like),
+        ("the Kafka password", password.as_str()),
+    ];
+    let mut haystacks = vec![("the server's log".to_string(), log.into_bytes())];
+    haystacks.push(("what the CLI and HTTP printed".into(), printed.into_bytes()));
+    for f in files_under(&data) {
+        haystacks.push((f.display().to_string(), std::fs::read(&f).unwrap()));
+    }
+    for (what, needle) in needles {
+        for (place, bytes) in &haystacks {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                "{what} appears in {place}"
+            );
+        }
+    }
 }
