@@ -1428,7 +1428,7 @@ fn no_credential_appears_in_logs_files_trails_or_exports() {
     let s = start_with_env(&data, Some(&kafka), &secure, &[("RUST_LOG", "debug")]);
     let session = SESSIONS.lock().unwrap()[&s.url].clone();
     let printed = std::cell::RefCell::new(String::new());
-    let mut cli = |args: &[&str]| {
+    let cli = |args: &[&str]| {
         let (code, out, err) = common::cli(&data, args);
         printed.borrow_mut().push_str(&out);
         printed.borrow_mut().push_str(&err);
