@@ -466,37 +466,43 @@ async fn ask(
     params: &ReadParams,
     route: &'static str,
 ) -> Response {
-    let response = match admitted(s, headers, Permit::Read).await {
-        Ok(_) => ask_inner(s, q, params).await,
-        Err(r) => r,
+    let response = match caller(s, headers) {
+        Ok(c) => ask_inner(s, c, q, params).await,
+        Err(f) => failure_response(f),
     };
     s.ledger.metrics.http(route, response.status().as_u16());
     response
 }
 
-async fn ask_inner(s: &AppState, q: Query, params: &ReadParams) -> Response {
+/// A read, in one job of the ledger thread: the caller's token checked
+/// and its grant held to the policy, then the question answered.
+async fn ask_inner(s: &AppState, caller: Caller, q: Query, params: &ReadParams) -> Response {
     let Ok(_slot) = s.slots.clone().try_acquire_owned() else {
         return overloaded(s.opts.max_in_flight);
     };
     let json = match params.format.as_deref() {
-        None | Some("json") => true,
-        Some("text") => false,
-        Some(other) => {
-            return failure_response(Failure::new(
-                Code::InvalidRequest,
-                format!("format {other:?} is not json or text"),
-            ))
-        }
+        None | Some("json") => Ok(true),
+        Some("text") => Ok(false),
+        Some(other) => Err(Failure::new(
+            Code::InvalidRequest,
+            format!("format {other:?} is not json or text"),
+        )),
     };
-    let call = s
-        .ledger
-        .call(move |engine| queries::answer(engine, &q, json));
+    let call = s.ledger.call(move |engine| -> Result<Said, Failure> {
+        let grant = grant_of(engine, &caller)?;
+        authorize(&grant, Action::Read, &Facts::default())
+            .map_err(|f| Failure::new(Code::Forbidden, f.to_string()))?;
+        // Who may not ask learns nothing, not even that the format is wrong.
+        let json = json?;
+        queries::answer(engine, &q, json).map_err(|e| Failure::new(e.code(), e.to_string()))
+    });
     let said: Said = match tokio::time::timeout(s.opts.timeout, call).await {
         Ok(Ok(Ok(said))) => said,
-        Ok(Ok(Err(e))) => return failure_response(Failure::new(e.code(), e.to_string())),
+        Ok(Ok(Err(f))) => return failure_response(f),
         Ok(Err(Gone)) => return gone(),
         Err(_) => return timed_out(s.opts.timeout),
     };
+    let json = params.format.as_deref() != Some("text");
     let exit = HeaderValue::from(said.exit_code());
     // A failure is the protocol's JSON in either format: the CLI prints
     // its line from it.
