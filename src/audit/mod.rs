@@ -15,6 +15,7 @@ pub mod attest;
 pub mod checkpoint;
 pub mod export;
 pub mod hashchain;
+pub mod merkle;
 pub mod recent;
 pub mod verify;
 
