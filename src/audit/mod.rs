@@ -16,6 +16,7 @@ pub mod checkpoint;
 pub mod export;
 pub mod hashchain;
 pub mod merkle;
+pub mod note;
 pub mod recent;
 pub mod verify;
 
