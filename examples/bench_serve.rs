@@ -152,6 +152,7 @@ impl Running {
                         poll: Duration::from_millis(200),
                         gc_interval: Duration::from_secs(3600),
                         gc_grace: Duration::from_secs(600),
+                        checkpoint_every: Duration::from_secs(1),
                         say: Arc::new(|_: &str| {}),
                     },
                     Some(("127.0.0.1:0".parse().unwrap(), http)),

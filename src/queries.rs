@@ -497,7 +497,7 @@ pub fn verify_said(
             "{}",
             json!({"ok": report.clean(), "records": report.records, "checkpoints": report.checkpoints,
                    "covered": report.covered, "first_mismatch": report.first(), "mismatches": report.mismatches,
-                   "torn_tails": torn})
+                   "torn_tails": torn, "signed": report.signed})
         );
     } else {
         line!(
@@ -507,10 +507,23 @@ pub fn verify_said(
             report.checkpoints,
             report.covered
         );
+        if let Some(s) = &report.signed {
+            line!(
+                out,
+                "signed by {}: {} signed checkpoints attest {} records",
+                s.key,
+                s.signed_checkpoints,
+                s.attested
+            );
+        }
         for t in torn {
             line!(out, "{t}");
         }
         match report.first() {
+            None if report.signed.is_some() => line!(
+                out,
+                "clean: every digest and chain head matches, and every record lies under a signed checkpoint whose Merkle root matches"
+            ),
             None => line!(out, "clean: every digest and chain head matches"),
             Some(m) => {
                 line!(out, "MISMATCH at {m}");
@@ -533,8 +546,14 @@ pub fn verify(
     log: &dyn crate::log::Log,
     json: bool,
     progress: &(dyn Fn(u64) + Sync),
+    key: Option<&crate::audit::note::VerifierKey>,
 ) -> Result<Said, LedgerError> {
-    let report = crate::audit::verify::verify_log(log, progress)?;
+    let mut report = crate::audit::verify::verify_log(log, progress)?;
+    if let Some(key) = key {
+        let (summary, mismatches) = crate::audit::signed::verify_signed(log, key)?;
+        report.mismatches.extend(mismatches);
+        report.signed = Some(summary);
+    }
     Ok(verify_said(
         &report,
         &log.torn_tails(),

@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::frames::{read_frames, write_frames};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,33 +38,6 @@ fn segment_of(dir: &Path, root: &str) -> PathBuf {
         }
     }
     panic!("no segment holds {root}");
-}
-
-fn read_frames(path: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let buf = std::fs::read(path).unwrap_or_default();
-    let mut out = Vec::new();
-    let mut pos = 0;
-    while pos + 12 <= buf.len() {
-        let len = u32::from_le_bytes(buf[pos..pos + 4].try_into().unwrap()) as usize;
-        let body = &buf[pos + 8..pos + 8 + len];
-        let klen = u32::from_le_bytes(body[0..4].try_into().unwrap()) as usize;
-        out.push((body[4..4 + klen].to_vec(), body[4 + klen..].to_vec()));
-        pos += 8 + len;
-    }
-    out
-}
-
-fn write_frames(path: &Path, frames: &[(Vec<u8>, Vec<u8>)]) {
-    let mut buf = Vec::new();
-    for (k, p) in frames {
-        let mut body = (k.len() as u32).to_le_bytes().to_vec();
-        body.extend_from_slice(k);
-        body.extend_from_slice(p);
-        buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        buf.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-        buf.extend_from_slice(&body);
-    }
-    std::fs::write(path, buf).unwrap();
 }
 
 fn verify(dir: &Path) -> (i32, Value) {

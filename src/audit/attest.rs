@@ -3,6 +3,8 @@
 //! (how far each partition is attested, and its head).
 
 use super::checkpoint::Checkpoint;
+use super::merkle::{leaf_hash, Frontier};
+use super::note::{origin, CheckpointBody, SignerKey};
 use super::recent::RecentDigests;
 use crate::error::Result;
 use crate::log::{Log, Topic};
@@ -18,6 +20,35 @@ pub struct Attestation {
     /// forward, so it is a floor: while fewer records than an interval lie
     /// past it, no checkpoint is due and the mark need not be read again.
     mark_floor: HashMap<(Topic, u32), u64>,
+    /// The Merkle tree's right edge per partition, as far as this engine
+    /// signed; rebuilt from the log when a checkpoint starts elsewhere.
+    frontiers: HashMap<(Topic, u32), Frontier>,
+}
+
+/// Push the leaf hashes of records `[from, to)` of a partition.
+fn extend(log: &dyn Log, topic: Topic, p: u32, to: u64, f: &mut Frontier) -> Result<()> {
+    while f.size() < to {
+        let at = f.size();
+        let after = log.scan(topic, p, at, (to - at).min(4096) as usize, &mut |r| {
+            f.push(leaf_hash(r.payload));
+            std::ops::ControlFlow::Continue(())
+        })?;
+        if after == at {
+            return Err(crate::error::LedgerError::MissingRecord {
+                topic,
+                partition: p,
+                offset: at,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Who writes the checkpoints, when, and with which key they are signed.
+pub struct Author<'a> {
+    pub now_ms: u64,
+    pub writer: &'a str,
+    pub signer: Option<&'a SignerKey>,
 }
 
 impl Attestation {
@@ -29,9 +60,13 @@ impl Attestation {
         views: &Views,
         partitions: &[(Topic, u32)],
         force: bool,
-        now_ms: u64,
-        writer: &str,
+        by: &Author<'_>,
     ) -> Result<Vec<Checkpoint>> {
+        let Author {
+            now_ms,
+            writer,
+            signer,
+        } = *by;
         use super::checkpoint::{self, CHECKPOINT_INTERVAL};
         let mut written = Vec::new();
         let mut unfolded = false;
@@ -63,10 +98,13 @@ impl Attestation {
                     to,
                     prev_head: mark.head,
                 };
-                let cp = match self.recent.take(&span) {
+                let mut cp = match self.recent.take(&span) {
                     Some(digests) => checkpoint::assemble(span, digests, now_ms, writer),
                     None => checkpoint::build(log, span, now_ms, writer)?,
                 };
+                if let Some(key) = signer {
+                    cp.note = Some(self.sign(log, topic, p, span.from, to, key)?);
+                }
                 let placed = checkpoint::append(log, std::slice::from_ref(&cp))?;
                 // Fold our own checkpoint in from what we hold when
                 // nothing came before it (a read on Kafka costs more
@@ -89,6 +127,39 @@ impl Attestation {
             project_checkpoints(log, views)?;
         }
         Ok(written)
+    }
+}
+
+impl Attestation {
+    /// The signed note of the partition's tree over `[0, to)`, extending
+    /// the edge kept from `from` (rebuilt from the log when it is not
+    /// there).
+    fn sign(
+        &mut self,
+        log: &dyn Log,
+        topic: Topic,
+        p: u32,
+        from: u64,
+        to: u64,
+        key: &SignerKey,
+    ) -> Result<String> {
+        let f = self.frontiers.entry((topic, p)).or_default();
+        if f.size() != from {
+            *f = Frontier::new();
+        }
+        extend(log, topic, p, to, f)?;
+        let body = CheckpointBody {
+            origin: origin(key.name(), topic, p),
+            size: to,
+            root: f.root(),
+        };
+        key.sign(&body.text()).map_err(|e| {
+            crate::error::LedgerError::Internal(if e == super::note::NoteError::Malformed {
+                "a checkpoint body without its final newline"
+            } else {
+                "signing a checkpoint"
+            })
+        })
     }
 }
 

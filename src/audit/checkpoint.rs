@@ -28,6 +28,10 @@ pub struct Checkpoint {
     pub digests: Vec<HexDigest>,
     pub time_ms: u64,
     pub writer: String,
+    /// The signed note of the partition's Merkle tree over `[0, to)`
+    /// (when the ledger has a checkpoint key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Checkpoint {
@@ -105,6 +109,7 @@ pub fn assemble(span: Span, digests: Vec<HexDigest>, time_ms: u64, writer: &str)
         digests,
         time_ms,
         writer: writer.into(),
+        note: None,
     }
 }
 

@@ -255,6 +255,50 @@ pub fn verify_consistency(
     Ok(())
 }
 
+/// The right edge of a growing tree: the hashes of the perfect subtrees
+/// that make up `[0, size)`, largest first — O(log size) hashes, enough to
+/// append leaves and give the root at any size reached.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Frontier {
+    size: u64,
+    /// (level, hash), levels strictly decreasing.
+    edge: Vec<(u8, Hash)>,
+}
+
+impl Frontier {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn push(&mut self, leaf: Hash) {
+        self.size += 1;
+        self.edge.push((0, leaf));
+        while let [.., (l1, left), (l2, right)] = self.edge[..] {
+            if l1 != l2 {
+                break;
+            }
+            self.edge.truncate(self.edge.len() - 2);
+            self.edge.push((l1 + 1, node_hash(&left, &right)));
+        }
+    }
+
+    /// MTH of the leaves pushed so far.
+    pub fn root(&self) -> Hash {
+        let mut it = self.edge.iter().rev();
+        let Some(&(_, mut r)) = it.next() else {
+            return empty_root();
+        };
+        for (_, left) in it {
+            r = node_hash(left, &r);
+        }
+        r
+    }
+}
+
 /// A tree held in memory: every complete aligned subtree's hash, level by
 /// level. Appending a leaf completes at most one subtree per level.
 #[derive(Debug, Clone, Default)]
@@ -330,12 +374,16 @@ mod tests {
     #[test]
     fn roots_match_the_definition_at_every_size() {
         let mut t = MemoryTree::new();
+        let mut f = Frontier::new();
         let mut leaves = Vec::new();
         for i in 0..70u64 {
             assert_eq!(t.root(), mth(&leaves), "size {i}");
+            assert_eq!(f.root(), mth(&leaves), "frontier at size {i}");
+            assert!(f.edge.len() <= 7);
             let l = leaf_hash(&i.to_be_bytes());
             leaves.push(l);
             t.push(l);
+            f.push(l);
         }
     }
 

@@ -18,6 +18,7 @@ pub mod hashchain;
 pub mod merkle;
 pub mod note;
 pub mod recent;
+pub mod signed;
 pub mod verify;
 
 pub use checkpoint::{Checkpoint, CHECKPOINT_INTERVAL};

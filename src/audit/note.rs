@@ -253,6 +253,11 @@ fn split_note(note: &str) -> Result<(&str, &str), NoteError> {
     Ok((text, sigs))
 }
 
+/// The origin line of a partition's checkpoints: the log a note is about.
+pub fn origin(key_name: &str, topic: crate::log::Topic, partition: u32) -> String {
+    format!("agentledger/{key_name}/{}/{partition}", topic.name())
+}
+
 /// The body of a C2SP tlog-checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointBody {

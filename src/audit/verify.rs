@@ -39,6 +39,9 @@ pub struct VerifyReport {
     pub covered: u64,
     /// The first mismatch of each partition that has one, in log order.
     pub mismatches: Vec<Mismatch>,
+    /// What a verifier key's signatures attest (`verify --key`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signed: Option<super::signed::SignedSummary>,
 }
 
 impl VerifyReport {

@@ -7,7 +7,22 @@ use anyhow::{Context, Result};
 use serde_json::json;
 
 /// `verify`: 0 clean, 1 mismatch, 2 unable to read.
-pub fn verify(cli: &Cli, export: Option<&std::path::Path>) -> Result<i32> {
+/// A verifier key given as its text, or as a file holding it.
+pub fn verifier_key(given: &str) -> Result<agentledger::audit::note::VerifierKey> {
+    use agentledger::audit::note::VerifierKey;
+    match VerifierKey::parse(given) {
+        Ok(k) => Ok(k),
+        Err(e) => match std::fs::read_to_string(given) {
+            Ok(text) => VerifierKey::parse(&text).map_err(|e| anyhow::anyhow!("--key {given}: {e}")),
+            Err(_) => Err(anyhow::anyhow!(
+                "--key {given:?}: {e} (give the key as `agentledger key show` prints it, or a file holding it)"
+            )),
+        },
+    }
+}
+
+pub fn verify(cli: &Cli, export: Option<&std::path::Path>, key: Option<&str>) -> Result<i32> {
+    let key = key.map(verifier_key).transpose()?;
     if let Some(path) = export {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -17,12 +32,12 @@ pub fn verify(cli: &Cli, export: Option<&std::path::Path>) -> Result<i32> {
         return super::inspect::print(&queries::verify_said(&report, &[], &subject, cli.json));
     }
     if let Some(server) = super::remote::server_for(cli)? {
-        return super::inspect::print(&server.verify(cli.json)?);
+        return super::inspect::print(&server.verify(cli.json, key.as_ref())?);
     }
     let (_lock, log) = super::open_log_read_only(cli)?;
     let total = agentledger::rebuild::projected_records(log.as_ref())?;
     let bar = super::progress_bar(cli, total, "verifying");
-    let said = queries::verify(log.as_ref(), cli.json, &|n| bar.inc(n))?;
+    let said = queries::verify(log.as_ref(), cli.json, &|n| bar.inc(n), key.as_ref())?;
     bar.finish_and_clear();
     super::inspect::print(&said)
 }
@@ -93,4 +108,53 @@ pub fn export(
         );
     }
     Ok(0)
+}
+
+/// `key generate` / `key show`.
+pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
+    use agentledger::audit::note::SignerKey;
+    let path = super::checkpoint_key_path(cli);
+    match command {
+        super::KeyCommand::Generate { name } => {
+            if path.exists() {
+                anyhow::bail!(
+                    "{} exists: a checkpoint key is never replaced silently (move it away first)",
+                    path.display()
+                );
+            }
+            let name = match name {
+                Some(n) => n.clone(),
+                None => {
+                    let mut b = [0u8; 4];
+                    getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("randomness: {e}"))?;
+                    format!("agentledger-{}", hex::encode(b))
+                }
+            };
+            let key = SignerKey::generate(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                agentledger::private_files::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
+            agentledger::private_files::write(&path, format!("{}\n", key.to_text()))
+                .with_context(|| format!("writing {}", path.display()))?;
+            eprintln!(
+                "agentledger: checkpoint key written to {} (mode 0600; keep it secret and backed up)",
+                path.display()
+            );
+            outln!("{}", key.verifier());
+            Ok(0)
+        }
+        super::KeyCommand::Show => {
+            let text = std::fs::read_to_string(&path).with_context(|| {
+                format!(
+                    "reading the checkpoint key {} (make one with `agentledger key generate`)",
+                    path.display()
+                )
+            })?;
+            let key = SignerKey::parse(&text)
+                .map_err(|e| anyhow::anyhow!("the checkpoint key {}: {e}", path.display()))?;
+            outln!("{}", key.verifier());
+            Ok(0)
+        }
+    }
 }

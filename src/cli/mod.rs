@@ -99,6 +99,10 @@ pub struct Cli {
     /// the same step is answered `conflict`. 0 = catch up before every one.
     #[arg(long, global = true, default_value_t = 100)]
     pub max_staleness_ms: u64,
+    /// The key that signs checkpoints (made by `key generate`); without
+    /// it, <data>/checkpoint.key when that exists.
+    #[arg(long, global = true, env = "AGENTLEDGER_CHECKPOINT_KEY")]
+    pub checkpoint_key: Option<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -199,6 +203,20 @@ impl Command {
 }
 
 #[derive(Subcommand)]
+pub enum KeyCommand {
+    /// Make a new Ed25519 checkpoint key at --checkpoint-key (default
+    /// <data>/checkpoint.key); refuses to replace one.
+    Generate {
+        /// The key's name, which also names the ledger in checkpoint
+        /// origins (agentledger/NAME/ledger/0). Default: agentledger-<random>.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Print the verifier key (name+id+key) that `verify --key` takes.
+    Show,
+}
+
+#[derive(Subcommand)]
 pub enum Command {
     /// Apply JSON-lines operations from a file or `-` (stdin).
     Apply {
@@ -233,6 +251,11 @@ pub enum Command {
     Verify {
         #[arg(long)]
         export: Option<PathBuf>,
+        /// Also check the checkpoints this verifier key signed (as `key
+        /// show` prints it, or a file holding it): every record must lie
+        /// under a signed checkpoint whose Merkle root matches the log.
+        #[arg(long, env = "AGENTLEDGER_VERIFIER_KEY")]
+        key: Option<String>,
         #[command(flatten)]
         acting: ActingAs,
     },
@@ -299,6 +322,10 @@ pub enum Command {
         /// Grace period of the sweep in seconds (see `gc --grace-secs`).
         #[arg(long, default_value_t = DEFAULT_GC_GRACE_SECS)]
         gc_grace_secs: u64,
+        /// Checkpoint (and sign, with a checkpoint key) every partition's
+        /// new records at least this often, besides every 1024 records.
+        #[arg(long, default_value_t = 1000)]
+        checkpoint_ms: u64,
         /// Answer the network at this address (e.g. 127.0.0.1:8700; port 0
         /// picks one): POST /v1/ops, GET /v1/ws, GET /v1/events, the reads,
         /// /metrics, /healthz, /readyz. The bound address is printed and
@@ -357,6 +384,12 @@ pub enum Command {
     },
     /// Bearer tokens for the network face (serve --listen): issue, list,
     /// revoke.
+    /// The checkpoint key: `key generate` makes one (kept outside the log,
+    /// mode 0600); `key show` prints its verifier key for auditors.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
     Token {
         #[command(subcommand)]
         command: tokens::TokenCommand,
@@ -450,8 +483,35 @@ fn quiet_sled_panics() {
     }));
 }
 
-pub fn options(cli: &Cli) -> EngineOptions {
-    let mut o = EngineOptions::default();
+/// Where the checkpoint key is: `--checkpoint-key`, else
+/// `<data>/checkpoint.key`.
+pub fn checkpoint_key_path(cli: &Cli) -> PathBuf {
+    cli.checkpoint_key
+        .clone()
+        .unwrap_or_else(|| cli.data.join("checkpoint.key"))
+}
+
+/// The checkpoint key, if there is one where it is looked for.
+fn signer(cli: &Cli) -> Result<Option<std::sync::Arc<agentledger::audit::note::SignerKey>>> {
+    let path = checkpoint_key_path(cli);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && cli.checkpoint_key.is_none() => {
+            return Ok(None)
+        }
+        Err(e) => anyhow::bail!("reading the checkpoint key {}: {e}", path.display()),
+    };
+    // Named without its content: the file is a secret.
+    let key = agentledger::audit::note::SignerKey::parse(&text)
+        .map_err(|e| anyhow::anyhow!("the checkpoint key {}: {e}", path.display()))?;
+    Ok(Some(std::sync::Arc::new(key)))
+}
+
+pub fn options(cli: &Cli) -> Result<EngineOptions> {
+    let mut o = EngineOptions {
+        signer: signer(cli)?,
+        ..EngineOptions::default()
+    };
     o.embedded.topic_prefix = cli.topic_prefix.clone();
     o.embedded.ledger_partitions = cli.ledger_partitions;
     o.writer = format!(
@@ -463,7 +523,7 @@ pub fn options(cli: &Cli) -> EngineOptions {
     if cli.kafka.is_some() {
         o.max_staleness = std::time::Duration::from_millis(cli.max_staleness_ms);
     }
-    o
+    Ok(o)
 }
 
 /// TLS and SASL towards the brokers, as the flags ask; the password file is
@@ -505,14 +565,14 @@ pub fn kafka_config(cli: &Cli) -> Result<Option<KafkaConfig>> {
 
 pub fn open_engine(cli: &Cli) -> Result<Engine> {
     match kafka_config(cli)? {
-        Some(k) => Engine::open_kafka(&cli.data, &k, options(cli)).with_context(|| {
+        Some(k) => Engine::open_kafka(&cli.data, &k, options(cli)?).with_context(|| {
             format!(
                 "opening the ledger on Kafka at {} (views in {})",
                 k.brokers,
                 cli.data.display()
             )
         }),
-        None => Engine::open_embedded(&cli.data, options(cli))
+        None => Engine::open_embedded(&cli.data, options(cli)?)
             .with_context(|| format!("opening the ledger in {}", cli.data.display())),
     }
 }
@@ -522,7 +582,7 @@ pub fn open_engine(cli: &Cli) -> Result<Engine> {
 pub fn open_engine_read_only(cli: &Cli) -> Result<Engine> {
     match kafka_config(cli)? {
         Some(_) => open_engine(cli),
-        None => Engine::open_embedded_read_only(&cli.data, options(cli))
+        None => Engine::open_embedded_read_only(&cli.data, options(cli)?)
             .with_context(|| format!("opening the ledger in {}", cli.data.display())),
     }
 }
@@ -530,7 +590,7 @@ pub fn open_engine_read_only(cli: &Cli) -> Result<Engine> {
 /// The log alone, for reading it (`verify`): read-only on the embedded
 /// log, with the data dir's lock held so that no writer appends meanwhile.
 pub fn open_log_read_only(cli: &Cli) -> Result<(Option<std::fs::File>, Box<dyn Log>)> {
-    let opts = options(cli);
+    let opts = options(cli)?;
     Ok(match kafka_config(cli)? {
         Some(k) => (
             None,
@@ -610,7 +670,9 @@ fn run_command(cli: Cli) -> Result<i32> {
             },
         ),
         Command::Stats { task, .. } => inspect::ask(&cli, Query::Stats { task: task.clone() }),
-        Command::Verify { export, .. } => audit::verify(&cli, export.as_deref()),
+        Command::Verify { export, key, .. } => {
+            audit::verify(&cli, export.as_deref(), key.as_deref())
+        }
         Command::Checkpoint => audit::checkpoint(&cli),
         Command::Export {
             run,
@@ -631,6 +693,7 @@ fn run_command(cli: Cli) -> Result<i32> {
         Command::Rebuild => rebuild(&cli),
         Command::Demo { dir } => demo::run(dir),
         Command::Token { command } => tokens::run(&cli, command),
+        Command::Key { command } => audit::key(&cli, command),
         Command::Schema => {
             outln!(
                 "{}",
@@ -644,6 +707,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             poll_ms,
             gc_interval_secs,
             gc_grace_secs,
+            checkpoint_ms,
             listen,
             request_timeout_ms,
             max_in_flight,
@@ -663,6 +727,7 @@ fn run_command(cli: Cli) -> Result<i32> {
                 poll: std::time::Duration::from_millis(*poll_ms),
                 gc_interval: std::time::Duration::from_secs(*gc_interval_secs),
                 gc_grace: std::time::Duration::from_secs(*gc_grace_secs),
+                checkpoint_every: std::time::Duration::from_millis(*checkpoint_ms),
                 listen: *listen,
                 http: agentledger::server::HttpOptions {
                     max_body: *max_body_bytes,
@@ -727,7 +792,7 @@ fn gc(cli: &Cli, grace_secs: u64) -> Result<i32> {
 fn rebuild(cli: &Cli) -> Result<i32> {
     let dd = DataDir::new(&cli.data);
     let _lock = dd.lock()?;
-    let opts = options(cli);
+    let opts = options(cli)?;
     let log: Box<dyn Log> = match kafka_config(cli)? {
         Some(k) => Box::new(KafkaLog::connect(&k)?),
         None => Box::new(EmbeddedLog::open(dd.log(), &opts.embedded)?),

@@ -178,10 +178,18 @@ impl Server {
     }
 
     /// `verify` of the log the server writes.
-    pub fn verify(&self, json: bool) -> Result<Said> {
+    pub fn verify(
+        &self,
+        json: bool,
+        key: Option<&agentledger::audit::note::VerifierKey>,
+    ) -> Result<Said> {
+        let mut q = vec![("format", (if json { "json" } else { "text" }).to_string())];
+        if let Some(k) = key {
+            q.push(("key", k.to_string()));
+        }
         let r = self
             .get("/v1/verify")
-            .query(&[("format", if json { "json" } else { "text" })])
+            .query(&q)
             .timeout(Duration::from_secs(24 * 3600))
             .send()
             .with_context(|| format!("asking the server at {}", self.base))?;

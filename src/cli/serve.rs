@@ -27,6 +27,7 @@ pub struct ServeOptions {
     pub poll: Duration,
     pub gc_interval: Duration,
     pub gc_grace: Duration,
+    pub checkpoint_every: Duration,
     pub listen: Option<std::net::SocketAddr>,
     pub http: agentledger::server::HttpOptions,
 }
@@ -37,7 +38,7 @@ fn opener(
 ) -> Result<impl FnOnce() -> Result<agentledger::Engine, LedgerError> + Send + 'static> {
     let data = cli.data.clone();
     let kafka = super::kafka_config(cli)?;
-    let opts = super::options(cli);
+    let opts = super::options(cli)?;
     Ok(move || match kafka {
         Some(k) => agentledger::Engine::open_kafka(&data, &k, opts),
         None => agentledger::Engine::open_embedded(&data, opts),
@@ -50,6 +51,7 @@ pub fn serve(cli: &Cli, opts: &ServeOptions, shutdown: Arc<AtomicBool>) -> Resul
         poll: opts.poll,
         gc_interval: opts.gc_interval,
         gc_grace: opts.gc_grace,
+        checkpoint_every: opts.checkpoint_every,
         say: Arc::new(|what: &str| eprintln!("agentledger: {what}")),
     };
     let where_ = match &cli.kafka {

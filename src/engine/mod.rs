@@ -207,8 +207,11 @@ impl Engine {
             &self.views,
             partitions,
             force,
-            now,
-            &self.opts.writer,
+            &crate::audit::attest::Author {
+                now_ms: now,
+                writer: &self.opts.writer,
+                signer: self.opts.signer.as_deref(),
+            },
         )
     }
 

@@ -33,6 +33,8 @@ pub struct EngineOptions {
     /// are never lost: a commit that finds them projects them first, and an
     /// operation that lost a race for the same step is answered `conflict`.
     pub max_staleness: Duration,
+    /// Signs each checkpoint's Merkle root (C2SP signed note) when set.
+    pub signer: Option<std::sync::Arc<crate::audit::note::SignerKey>>,
 }
 
 impl Default for EngineOptions {
@@ -43,6 +45,7 @@ impl Default for EngineOptions {
             loop_bounds: LoopBounds::default(),
             embedded: EmbeddedConfig::default(),
             max_staleness: Duration::ZERO,
+            signer: None,
         }
     }
 }

@@ -624,24 +624,44 @@ async fn export(
     ask(&s, &headers, q, &params, "/v1/export").await
 }
 
+/// Query parameters of `/v1/verify`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyParams {
+    #[serde(default)]
+    format: Option<String>,
+    /// A verifier key whose signed checkpoints are checked too.
+    #[serde(default)]
+    key: Option<String>,
+}
+
 /// `verify` of the log, read beside the writer (it never blocks the ledger
 /// thread); as long as it takes, without the request timeout.
 async fn verify(
     State(s): State<AppState>,
     headers: Asked,
-    QueryParams(p): QueryParams<ReadParams>,
+    QueryParams(p): QueryParams<VerifyParams>,
 ) -> Response {
     if let Err(r) = admitted(&s, &headers, Permit::Read).await {
         s.ledger.metrics.http("/v1/verify", r.status().as_u16());
         return r;
     }
+    let key = match p.key.as_deref().map(crate::audit::note::VerifierKey::parse) {
+        None => None,
+        Some(Ok(k)) => Some(k),
+        Some(Err(e)) => {
+            return failure_response(Failure::new(Code::InvalidRequest, format!("key: {e}")))
+        }
+    };
     let Ok(_slot) = s.slots.clone().try_acquire_owned() else {
         return overloaded(s.opts.max_in_flight);
     };
     let json = p.format.as_deref() != Some("text");
     let log = s.ledger.log.clone();
-    let said =
-        tokio::task::spawn_blocking(move || queries::verify(log.as_ref(), json, &|_| {})).await;
+    let said = tokio::task::spawn_blocking(move || {
+        queries::verify(log.as_ref(), json, &|_| {}, key.as_ref())
+    })
+    .await;
     let response = match said {
         Ok(Ok(said)) => {
             let exit = HeaderValue::from(said.exit_code());

@@ -32,6 +32,10 @@ pub struct LoopOptions {
     pub poll: Duration,
     pub gc_interval: Duration,
     pub gc_grace: Duration,
+    /// Checkpoint every partition's new records at least this often, so
+    /// the records no checkpoint attests yet are bounded in time, not
+    /// only in count.
+    pub checkpoint_every: Duration,
     pub say: Say,
 }
 
@@ -253,6 +257,7 @@ fn serve_loop(
     );
     let mut summary = Summary::default();
     let mut last_sweep: Option<Instant> = None;
+    let mut last_forced = Instant::now();
     let mut last_step: Option<Instant> = None;
     let mut owned_before = None;
     let mut busy = false;
@@ -325,7 +330,11 @@ fn serve_loop(
             // was not run; the group's end says what happened.
             None => busy = true,
         }
-        engine.checkpoint(false)?;
+        let force = last_forced.elapsed() >= opts.checkpoint_every;
+        engine.checkpoint(force)?;
+        if force {
+            last_forced = Instant::now();
+        }
         if last_sweep.is_none_or(|t| t.elapsed() >= opts.gc_interval) {
             match engine.sweep_content(opts.gc_grace) {
                 Ok(r) if r.removed > 0 => tracing::info!(

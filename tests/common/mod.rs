@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod contract;
+pub mod frames;
 pub mod mem;
 pub mod tls;
 pub mod wire;

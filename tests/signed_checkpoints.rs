@@ -1,0 +1,225 @@
+//! Signed checkpoints against a forger who holds the log's files but not
+//! the checkpoint key: the insider forgery of the hostile review (a record
+//! rewritten with its body digest, its frame checksum and its checkpoint's
+//! digest and head all recomputed) satisfies the hash chain, and `verify
+//! --key` names it; so it does an emptied checkpoints topic, records past
+//! the last signed checkpoint, records cut after one, and checkpoints
+//! signed by a key other than the one the auditor holds.
+
+mod common;
+
+use agentledger::audit::note::SignerKey;
+use agentledger::codec;
+use common::frames::{read_frames, write_frames};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+/// A ledger signed by a key of its own, chain r0 in one partition, every
+/// record checkpointed: (dir, the segment of r0, the verifier key).
+fn signed_ledger() -> (tempfile::TempDir, PathBuf, String) {
+    let d = tempfile::tempdir().unwrap();
+    let key = SignerKey::generate("acme-prod").unwrap();
+    let verifier = key.verifier().to_string();
+    std::fs::write(d.path().join("checkpoint.key"), key.to_text()).unwrap();
+    {
+        let opts = agentledger::engine::EngineOptions {
+            signer: Some(Arc::new(key)),
+            ..common::fixed_clock_options()
+        };
+        let mut l = common::Ledger::open_with(d.path(), &common::Backend::Embedded, opts);
+        l.drive_loop("r0");
+        l.engine.checkpoint(true).unwrap();
+    }
+    let seg = (0..4)
+        .map(|p| d.path().join(format!("log/ledger/{p}/{:020}.seg", 0)))
+        .find(|s| read_frames(s).iter().any(|(k, _)| k == b"r0"))
+        .unwrap();
+    (d, seg, verifier)
+}
+
+fn verify(dir: &Path, key: Option<&str>) -> (i32, Value) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_agentledger"));
+    c.arg("--data").arg(dir).args(["--json", "verify"]);
+    if let Some(k) = key {
+        c.args(["--key", k]);
+    }
+    let out = c.output().unwrap();
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or(json!({"stderr": String::from_utf8_lossy(&out.stderr)}));
+    (out.status.code().unwrap_or(-1), v)
+}
+
+fn partition_of(seg: &Path) -> u64 {
+    seg.parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .parse()
+        .unwrap()
+}
+
+fn checkpoints(dir: &Path) -> PathBuf {
+    dir.join(format!("log/checkpoints/0/{:020}.seg", 0))
+}
+
+/// What the mismatches say, one string.
+fn said(v: &Value) -> String {
+    v["mismatches"].to_string()
+}
+
+#[test]
+fn a_signed_ledger_verifies_with_its_key_and_says_what_the_signatures_attest() {
+    let (d, _, key) = signed_ledger();
+    let (code, v) = verify(d.path(), Some(&key));
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["signed"]["attested"], v["records"], "{v}");
+    assert!(
+        v["signed"]["signed_checkpoints"].as_u64().unwrap() >= 2,
+        "{v}"
+    );
+    // The key as a file does as well.
+    let f = d.path().join("verifier.txt");
+    std::fs::write(&f, &key).unwrap();
+    assert_eq!(verify(d.path(), Some(f.to_str().unwrap())).0, 0);
+    let (code, v) = verify(d.path(), Some("not-a-key"));
+    assert_eq!(code, 2, "{v}");
+    assert!(v["stderr"].as_str().unwrap().contains("--key"), "{v}");
+}
+
+/// The review's forgery: the record's envelope re-encoded (a new principal,
+/// its body digest valid), the frame's CRC fresh, the checkpoint's digest
+/// and head recomputed. The hash chain cannot tell; the signed root can.
+#[test]
+fn the_insiders_forgery_with_every_digest_recomputed_is_caught_by_the_signature() {
+    let (d, seg, key) = signed_ledger();
+    let mut frames = read_frames(&seg);
+    let at = 3;
+    let rec = codec::decode(&frames[at].1).unwrap();
+    let forged = codec::encode_by(
+        &rec.event,
+        &rec.event_id,
+        &rec.chain_key,
+        rec.time_ms,
+        &rec.writer,
+        rec.step,
+        "agent:someone-else",
+    )
+    .unwrap();
+    assert_ne!(forged, frames[at].1);
+    frames[at].1 = forged;
+    write_frames(&seg, &frames);
+    // Every checkpoint of the partition recomputed from the forged log.
+    let cps = checkpoints(d.path());
+    let mut cp_frames = read_frames(&cps);
+    let p = partition_of(&seg);
+    let mut prev = agentledger::audit::GENESIS;
+    for (_, body) in cp_frames.iter_mut() {
+        let mut cp: Value = serde_json::from_slice(body).unwrap();
+        if cp["topic"] != "ledger" || cp["partition"] != p {
+            continue;
+        }
+        let (from, to) = (cp["from"].as_u64().unwrap(), cp["to"].as_u64().unwrap());
+        let digests: Vec<[u8; 32]> = (from..to)
+            .map(|o| agentledger::audit::record_digest(&frames[o as usize].1).unwrap())
+            .collect();
+        let head = agentledger::audit::link_head(&prev, from, digests.iter());
+        cp["prev_head"] = json!(hex::encode(prev));
+        cp["digests"] = json!(digests.iter().map(hex::encode).collect::<Vec<_>>());
+        cp["head"] = json!(hex::encode(head));
+        prev = head;
+        *body = serde_json::to_vec(&cp).unwrap();
+    }
+    write_frames(&cps, &cp_frames);
+
+    let (code, v) = verify(d.path(), None);
+    assert_eq!(
+        code, 0,
+        "the hash chain alone is satisfied by the forgery: {v}"
+    );
+    let (code, v) = verify(d.path(), Some(&key));
+    assert_eq!(code, 1, "{v}");
+    let m = &v["first_mismatch"];
+    assert_eq!(
+        (m["topic"].as_str(), m["partition"].as_u64()),
+        (Some("ledger"), Some(p)),
+        "{v}"
+    );
+    assert!(m["what"].as_str().unwrap().contains("Merkle root"), "{v}");
+    assert!(m["what"].as_str().unwrap().contains("was changed"), "{v}");
+}
+
+#[test]
+fn an_emptied_checkpoints_topic_leaves_every_record_unattested() {
+    let (d, seg, key) = signed_ledger();
+    std::fs::write(checkpoints(d.path()), b"").unwrap();
+    let (code, v) = verify(d.path(), Some(&key));
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["signed"]["signed_checkpoints"], 0, "{v}");
+    let m = &v["mismatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["partition"] == partition_of(&seg) && m["topic"] == "ledger")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(m["offset"], 0, "{v}");
+    assert!(
+        m["what"]
+            .as_str()
+            .unwrap()
+            .contains("under a signed checkpoint"),
+        "{v}"
+    );
+}
+
+#[test]
+fn records_past_the_last_signed_checkpoint_and_records_cut_are_named() {
+    let (d, seg, key) = signed_ledger();
+    // A record changed after the last checkpoint: nothing signed covers it.
+    let mut frames = read_frames(&seg);
+    let n = frames.len();
+    let extra = frames[n - 1].clone();
+    frames.push(extra);
+    write_frames(&seg, &frames);
+    let (code, v) = verify(d.path(), Some(&key));
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        said(&v).contains(&format!("records [{n}, {})", n + 1)),
+        "{v}"
+    );
+    // Cut: fewer records than a signature attests.
+    frames.truncate(n - 2);
+    write_frames(&seg, &frames);
+    let (code, v) = verify(d.path(), Some(&key));
+    assert_eq!(code, 1, "{v}");
+    assert!(said(&v).contains("records were removed"), "{v}");
+}
+
+#[test]
+fn checkpoints_signed_by_another_key_attest_nothing_to_the_auditor() {
+    let (d, _, key) = signed_ledger();
+    // The operator's key as the auditor knows it; the log re-signed by a
+    // key of the same name the forger made.
+    let forger = SignerKey::generate("acme-prod").unwrap();
+    let cps = checkpoints(d.path());
+    let mut frames = read_frames(&cps);
+    for (_, body) in frames.iter_mut() {
+        let mut cp: Value = serde_json::from_slice(body).unwrap();
+        let note = cp["note"].as_str().unwrap();
+        let text = &note[..note.rfind("\n\n").unwrap() + 1];
+        cp["note"] = json!(forger.sign(text).unwrap());
+        *body = serde_json::to_vec(&cp).unwrap();
+    }
+    write_frames(&cps, &frames);
+    let (code, v) = verify(d.path(), Some(&key));
+    assert_eq!(code, 1, "{v}");
+    assert!(said(&v).contains("signature"), "{v}");
+    assert_eq!(v["signed"]["signed_checkpoints"], 0, "{v}");
+    // The forger's own key is not the ledger's: verifying with it proves
+    // only that the forger signed.
+    let (code, _) = verify(d.path(), Some(&forger.verifier().to_string()));
+    assert_eq!(code, 0);
+}
