@@ -223,3 +223,188 @@ fn checkpoints_signed_by_another_key_attest_nothing_to_the_auditor() {
     let (code, _) = verify(d.path(), Some(&forger.verifier().to_string()));
     assert_eq!(code, 0);
 }
+
+fn export(dir: &Path, file: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .arg("--data")
+        .arg(dir)
+        .args(["export", "--chain", "r0", "-o"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn verify_export(file: &Path, key: Option<&str>) -> (i32, Value) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_agentledger"));
+    c.args([
+        "--data",
+        "/nonexistent/agentledger",
+        "--json",
+        "verify",
+        "--export",
+    ])
+    .arg(file);
+    if let Some(k) = key {
+        c.args(["--key", k]);
+    }
+    let out = c.output().unwrap();
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or(json!({"stderr": String::from_utf8_lossy(&out.stderr)}));
+    (out.status.code().unwrap_or(-1), v)
+}
+
+fn b64() -> base64::engine::GeneralPurpose {
+    base64::engine::general_purpose::STANDARD
+}
+
+/// An export of a signed ledger proves every record to an auditor who has
+/// only the file and the verifier key; every way of editing it fails,
+/// naming the record: a line left out, a line's run, step or event id
+/// changed, two records' bytes swapped, a record rewritten with the
+/// checkpoint in the file recomputed to match, the note re-signed by
+/// another key.
+#[test]
+fn a_signed_export_proves_every_record_offline_and_every_edit_fails() {
+    use base64::Engine as _;
+    let (d, _, key) = signed_ledger();
+    let file = d.path().join("r0.jsonl");
+    export(d.path(), &file);
+    let (code, v) = verify_export(&file, Some(&key));
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["signed"]["attested"], v["records"], "{v}");
+    assert!(v["records"].as_u64().unwrap() >= 18, "{v}");
+    let lines: Vec<Value> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let records: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i]["type"] == "record")
+        .collect();
+    let edited = |name: &str, edit: &dyn Fn(&mut Vec<Value>)| {
+        let mut copy = lines.clone();
+        edit(&mut copy);
+        let f = d.path().join(format!("{name}.jsonl"));
+        let text: Vec<String> = copy.iter().map(|v| v.to_string()).collect();
+        std::fs::write(&f, text.join("\n")).unwrap();
+        f
+    };
+    let fails = |name: &str, f: &Path, says: &str| {
+        let (code, v) = verify_export(f, Some(&key));
+        assert_eq!(code, 1, "{name}: {v}");
+        assert!(said(&v).contains(says), "{name}: {v}");
+    };
+    let r = records[4];
+    fails(
+        "dropped",
+        &edited("dropped", &|c| {
+            c.remove(r);
+        }),
+        "a record was left out",
+    );
+    fails(
+        "run",
+        &edited("run", &|c| c[r]["run"] = json!("r-other")),
+        "run is not the record's",
+    );
+    fails(
+        "step",
+        &edited("step", &|c| {
+            let s = c[r]["step"].as_u64().unwrap();
+            c[r]["step"] = json!(s + 1)
+        }),
+        "step is not the record's",
+    );
+    fails(
+        "event_id",
+        &edited("event_id", &|c| c[r]["event_id"] = json!("ev-made-up")),
+        "event_id is not the record's",
+    );
+    fails(
+        "swapped",
+        &edited("swapped", &|c| {
+            let (a, b) = (records[2], records[3]);
+            let tmp = c[a]["record_b64"].clone();
+            c[a]["record_b64"] = c[b]["record_b64"].clone();
+            c[b]["record_b64"] = tmp;
+        }),
+        "is not the record's",
+    );
+
+    // The insider's rewrite, carried into the export: the record re-encoded
+    // and the checkpoint in the file recomputed. The hash chain in the file
+    // agrees; the signed root does not.
+    let rewritten = edited("rewritten", &|c| {
+        let bytes = b64().decode(c[r]["record_b64"].as_str().unwrap()).unwrap();
+        let rec = codec::decode(&bytes).unwrap();
+        let forged = codec::encode_by(
+            &rec.event,
+            &rec.event_id,
+            &rec.chain_key,
+            rec.time_ms,
+            &rec.writer,
+            rec.step,
+            "agent:someone-else",
+        )
+        .unwrap();
+        let digest = agentledger::audit::record_digest(&forged).unwrap();
+        c[r]["record_b64"] = json!(b64().encode(&forged));
+        c[r]["digest"] = json!(hex::encode(digest));
+        let offset = c[r]["offset"].as_u64().unwrap();
+        let p = c[r]["partition"].clone();
+        for line in c.iter_mut().filter(|l| l["type"] == "checkpoint") {
+            let cp = &mut line["checkpoint"];
+            let (from, to) = (cp["from"].as_u64().unwrap(), cp["to"].as_u64().unwrap());
+            if cp["partition"] != p || offset < from || offset >= to {
+                continue;
+            }
+            cp["digests"][(offset - from) as usize] = json!(hex::encode(digest));
+            let digests: Vec<[u8; 32]> = cp["digests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| {
+                    hex::decode(h.as_str().unwrap())
+                        .unwrap()
+                        .try_into()
+                        .unwrap()
+                })
+                .collect();
+            let prev: [u8; 32] = hex::decode(cp["prev_head"].as_str().unwrap())
+                .unwrap()
+                .try_into()
+                .unwrap();
+            cp["head"] = json!(hex::encode(agentledger::audit::link_head(
+                &prev,
+                from,
+                digests.iter()
+            )));
+        }
+    });
+    let (code, v) = verify_export(&rewritten, None);
+    assert_eq!(
+        code, 0,
+        "without the key the rewritten export agrees with itself: {v}"
+    );
+    fails("rewritten", &rewritten, "not in the signed tree");
+
+    // Re-signed by a key of the same name: nothing is signed by the key
+    // the auditor holds, so nothing is proven.
+    let forger = SignerKey::generate("acme-prod").unwrap();
+    let resigned = edited("resigned", &|c| {
+        for line in c.iter_mut().filter(|l| l["type"] == "checkpoint") {
+            let note = line["checkpoint"]["note"].as_str().unwrap().to_owned();
+            let text = &note[..note.rfind("\n\n").unwrap() + 1];
+            line["checkpoint"]["note"] = json!(forger.sign(text).unwrap());
+        }
+    });
+    fails("resigned", &resigned, "signature");
+    let (_, v) = verify_export(&resigned, Some(&key));
+    assert_eq!(v["signed"]["attested"], 0, "{v}");
+}

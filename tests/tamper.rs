@@ -189,10 +189,11 @@ fn r16_export_verifies_alone_and_tampering_is_named() {
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     let mut rec: Value = serde_json::from_str(&lines[6]).unwrap();
     let offset = rec["offset"].as_u64().unwrap();
-    let mut hexp = rec["payload_hex"].as_str().unwrap().to_string();
-    let last = hexp.pop().unwrap();
-    hexp.push(if last == '0' { '1' } else { '0' });
-    rec["payload_hex"] = json!(hexp);
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut bytes = b64.decode(rec["record_b64"].as_str().unwrap()).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    rec["record_b64"] = json!(b64.encode(bytes));
     lines[6] = rec.to_string();
     std::fs::write(&copy, lines.join("\n")).unwrap();
     let (code, v) = run(&copy);

@@ -1,13 +1,20 @@
 //! `export`: the records of a run or a chain as JSON lines, each with its
-//! stored bytes (hex) and digest, followed by the checkpoints that cover
-//! them, so `verify --export` can check the file with nothing else.
+//! stored bytes (base64) and digest, followed by the checkpoints that cover
+//! them, so `verify --export` can check the file with nothing else. Where a
+//! covering checkpoint is signed, each record also carries its RFC 9162
+//! inclusion proof in the partition's tree at that checkpoint's size, so an
+//! auditor with the verifier key needs nothing from the ledger's operator.
 
 use super::checkpoint::Checkpoint;
+use super::merkle::{inclusion_proof, leaf_hash, MemoryTree};
 use crate::codec;
 use crate::error::Result;
 use crate::log::{Log, Topic};
 use crate::views::TrailStep;
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::io::Write;
 
 /// Write an export of `steps` (a run's or chain's trail, already filtered
@@ -20,7 +27,46 @@ pub fn write_export(
     out: &mut dyn Write,
 ) -> Result<(u64, u64)> {
     let io = |e: std::io::Error| crate::error::LedgerError::io("writing the export", e);
-    writeln!(out, "{}", json!({"type": "header", "format": "agentledger.export.v1", "selection": what, "records": steps.len()})).map_err(io)?;
+    writeln!(out, "{}", json!({"type": "header", "format": "agentledger.export.v2", "selection": what, "records": steps.len()})).map_err(io)?;
+    let covering = |s: &TrailStep| {
+        checkpoints.iter().find(|c| {
+            c.topic == "ledger" && c.partition == s.partition && c.digest_at(s.offset).is_some()
+        })
+    };
+    // Each partition's tree, as far as its signed covering checkpoints go.
+    let mut reach: BTreeMap<u32, u64> = BTreeMap::new();
+    for (_, s) in steps {
+        if let Some(cp) = covering(s).filter(|c| c.note.is_some()) {
+            let r = reach.entry(s.partition).or_default();
+            *r = (*r).max(cp.to);
+        }
+    }
+    let mut trees: BTreeMap<u32, MemoryTree> = BTreeMap::new();
+    for (&p, &to) in &reach {
+        let mut t = MemoryTree::new();
+        let mut at = 0;
+        while at < to {
+            let after = log.scan(
+                Topic::Ledger,
+                p,
+                at,
+                (to - at).min(4096) as usize,
+                &mut |r| {
+                    t.push(leaf_hash(r.payload));
+                    std::ops::ControlFlow::Continue(())
+                },
+            )?;
+            if after == at {
+                return Err(crate::error::LedgerError::MissingRecord {
+                    topic: Topic::Ledger,
+                    partition: p,
+                    offset: at,
+                });
+            }
+            at = after;
+        }
+        trees.insert(p, t);
+    }
     let mut used: Vec<&Checkpoint> = Vec::new();
     for (run, s) in steps {
         let raw = log
@@ -33,17 +79,19 @@ pub fn write_export(
             })?;
         let digest = hex::encode(super::hashchain::record_digest(&raw.payload)?);
         let rec = codec::decode(&raw.payload)?;
-        writeln!(
-            out,
-            "{}",
-            json!({"type": "record", "topic": "ledger", "partition": s.partition, "offset": s.offset,
-                   "run": run, "step": s.step, "kind": rec.event.kind(), "event_id": rec.event_id,
-                   "digest": digest, "payload_hex": hex::encode(&raw.payload)})
-        )
-        .map_err(io)?;
-        if let Some(cp) = checkpoints.iter().find(|c| {
-            c.topic == "ledger" && c.partition == s.partition && c.digest_at(s.offset).is_some()
-        }) {
+        let mut line = json!({"type": "record", "topic": "ledger", "partition": s.partition, "offset": s.offset,
+               "run": run, "step": s.step, "kind": rec.event.kind(), "event_id": rec.event_id,
+               "digest": digest, "record_b64": B64.encode(&raw.payload)});
+        let signed = covering(s).filter(|c| c.note.is_some());
+        if let (Some(cp), Some(tree)) = (signed, trees.get(&s.partition)) {
+            let proof = inclusion_proof(tree, s.offset, cp.to)
+                .unwrap_or_else(|n| match n {})
+                .unwrap_or_default();
+            line["inclusion"] = json!({"tree_size": cp.to, "leaf_index": s.offset,
+                "hashes": proof.iter().map(|h| B64.encode(h)).collect::<Vec<_>>()});
+        }
+        writeln!(out, "{line}").map_err(io)?;
+        if let Some(cp) = covering(s) {
             if !used.contains(&cp) {
                 used.push(cp);
             }

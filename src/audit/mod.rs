@@ -14,6 +14,7 @@
 pub mod attest;
 pub mod checkpoint;
 pub mod export;
+pub mod export_proof;
 pub mod hashchain;
 pub mod merkle;
 pub mod note;

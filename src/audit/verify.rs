@@ -595,6 +595,8 @@ pub enum ExportError {
     UnknownLine { line: usize, found: String },
     #[error("line {line}: record without offset")]
     NoOffset { line: usize },
+    #[error("line {line}: record_b64 is not base64")]
+    NotBase64 { line: usize },
     #[error("line {line}: payload is not hex: {source}")]
     NotHex {
         line: usize,
@@ -603,8 +605,14 @@ pub enum ExportError {
     },
 }
 
-/// Verify an export file (JSON lines written by `export`) on its own.
-pub fn verify_export(text: &str) -> std::result::Result<VerifyReport, ExportError> {
+/// Verify an export file (JSON lines written by `export`) on its own:
+/// every record against the checkpoints in the file, its metadata against
+/// its own bytes, every run's steps complete from 0; with `key`, every
+/// record's inclusion proof against a root that key signed.
+pub fn verify_export(
+    text: &str,
+    key: Option<&super::note::VerifierKey>,
+) -> std::result::Result<VerifyReport, ExportError> {
     let mut report = VerifyReport::default();
     let mut cps: Vec<Checkpoint> = Vec::new();
     let mut records = Vec::new();
@@ -652,13 +660,35 @@ pub fn verify_export(text: &str) -> std::result::Result<VerifyReport, ExportErro
             }
         }
     }
+    let mut signed = key.map(|k| super::export_proof::SignedRoots::from_checkpoints(k, &cps));
+    if let Some(s) = &mut signed {
+        report.mismatches.append(&mut s.faults);
+    }
+    let mut steps = super::export_proof::RunSteps::default();
     for (line, v) in records {
         let topic = v["topic"].as_str().unwrap_or_default().to_string();
         let p = v["partition"].as_u64().unwrap_or(u64::MAX) as u32;
         let o = v["offset"].as_u64().ok_or(ExportError::NoOffset { line })?;
-        let payload = hex::decode(v["payload_hex"].as_str().unwrap_or_default())
-            .map_err(|source| ExportError::NotHex { line, source })?;
+        let payload = match v["record_b64"].as_str() {
+            Some(b) => {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD
+                    .decode(b)
+                    .map_err(|_| ExportError::NotBase64 { line })?
+            }
+            None => hex::decode(v["payload_hex"].as_str().unwrap_or_default())
+                .map_err(|source| ExportError::NotHex { line, source })?,
+        };
         report.records += 1;
+        steps.note(&v);
+        if let Some(m) = super::export_proof::metadata_fault(&topic, p, o, &v, &payload) {
+            report.mismatches.push(m);
+        }
+        if let Some(s) = &mut signed {
+            if let Some(m) = s.prove(&topic, p, o, &v, &payload) {
+                report.mismatches.push(m);
+            }
+        }
         let covering: Vec<&Checkpoint> = cps
             .iter()
             .filter(|c| c.topic == topic && c.partition == p && c.digest_at(o).is_some())
@@ -696,6 +726,8 @@ pub fn verify_export(text: &str) -> std::result::Result<VerifyReport, ExportErro
             ));
         }
     }
+    report.mismatches.extend(steps.gaps());
+    report.signed = signed.map(|s| s.summary);
     report
         .mismatches
         .sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));

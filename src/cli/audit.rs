@@ -26,8 +26,8 @@ pub fn verify(cli: &Cli, export: Option<&std::path::Path>, key: Option<&str>) ->
     if let Some(path) = export {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let report =
-            verify_export(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let report = verify_export(&text, key.as_ref())
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let subject = format!("export {}", path.display());
         return super::inspect::print(&queries::verify_said(&report, &[], &subject, cli.json));
     }

@@ -96,7 +96,7 @@ pub fn export_text(bytes: &[u8]) -> Result<(), TestCaseError> {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return Ok(()); // `verify --export` refuses it when reading the file
     };
-    match agentledger::audit::verify::verify_export(text) {
+    match agentledger::audit::verify::verify_export(text, None) {
         Ok(report) => {
             for m in &report.mismatches {
                 clear("export mismatch", m.to_string())?;

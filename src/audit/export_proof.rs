@@ -1,0 +1,239 @@
+//! What `verify --export` checks beyond digests: that each record line
+//! says what its bytes say (kind, run, step, event id), that every run's
+//! steps run from 0 without a gap or a repeat, and — with a verifier key —
+//! that every record is proven, by its RFC 9162 inclusion proof, to be in
+//! a tree whose root the key signed. An export edited, cut, reordered or
+//! made up from nothing fails one of them, naming the record.
+
+use super::checkpoint::Checkpoint;
+use super::merkle::{leaf_hash, verify_inclusion, Hash};
+use super::note::{origin, CheckpointBody, VerifierKey};
+use super::signed::SignedSummary;
+use super::verify::Mismatch;
+use crate::codec;
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+fn fault(topic: &str, p: u32, o: u64, what: String, expected: String, found: String) -> Mismatch {
+    Mismatch {
+        topic: topic.to_owned(),
+        partition: p,
+        offset: o,
+        what,
+        expected,
+        found,
+    }
+}
+
+/// The first field of a record line that its own bytes contradict.
+pub fn metadata_fault(
+    topic: &str,
+    p: u32,
+    o: u64,
+    line: &Value,
+    payload: &[u8],
+) -> Option<Mismatch> {
+    let rec = match codec::decode(payload) {
+        Ok(r) => r,
+        // Undecodable bytes are named by the digest checks.
+        Err(_) => return None,
+    };
+    let claims: [(&str, Value, Value); 4] = [
+        ("kind", line["kind"].clone(), Value::from(rec.event.kind())),
+        (
+            "event_id",
+            line["event_id"].clone(),
+            Value::from(rec.event_id.clone()),
+        ),
+        ("step", line["step"].clone(), Value::from(rec.step)),
+        (
+            "run",
+            line["run"].clone(),
+            rec.event
+                .trail_run()
+                .map(Value::from)
+                .unwrap_or(Value::Null),
+        ),
+    ];
+    claims
+        .into_iter()
+        .find(|(_, said, is)| said != is)
+        .map(|(field, said, is)| {
+            fault(
+                topic,
+                p,
+                o,
+                format!("the line's {field} is not the record's"),
+                is.to_string(),
+                said.to_string(),
+            )
+        })
+}
+
+/// Steps seen per run, to find the missing and the repeated.
+#[derive(Default)]
+pub struct RunSteps {
+    by_run: BTreeMap<String, BTreeMap<u64, (String, u32, u64)>>,
+    repeated: Vec<Mismatch>,
+}
+
+impl RunSteps {
+    pub fn note(&mut self, line: &Value) {
+        let (Some(run), Some(step)) = (line["run"].as_str(), line["step"].as_u64()) else {
+            return;
+        };
+        let topic = line["topic"].as_str().unwrap_or_default().to_owned();
+        let p = line["partition"].as_u64().unwrap_or_default() as u32;
+        let o = line["offset"].as_u64().unwrap_or_default();
+        let steps = self.by_run.entry(run.to_owned()).or_default();
+        if steps.insert(step, (topic.clone(), p, o)).is_some() {
+            self.repeated.push(fault(
+                &topic,
+                p,
+                o,
+                format!("run {run} step {step} appears twice"),
+                "each step once".into(),
+                "a second line".into(),
+            ));
+        }
+    }
+
+    /// Runs whose steps do not run 0, 1, 2, … to their last.
+    pub fn gaps(self) -> Vec<Mismatch> {
+        let mut out = self.repeated;
+        for (run, steps) in self.by_run {
+            let missing = (0..).zip(steps.keys()).find(|(want, have)| want != *have);
+            if let Some((want, have)) = missing {
+                let (topic, p, o) = steps[have].clone();
+                out.push(fault(
+                    &topic,
+                    p,
+                    o,
+                    format!("run {run} has no step {want} (a record was left out)"),
+                    format!("step {want}"),
+                    format!("step {have} next"),
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// The roots a verifier key signed, from the export's checkpoints.
+pub struct SignedRoots<'k> {
+    key: &'k VerifierKey,
+    roots: BTreeMap<(String, u32, u64), Hash>,
+    /// Checkpoints whose note does not hold up.
+    pub faults: Vec<Mismatch>,
+    pub summary: SignedSummary,
+}
+
+impl<'k> SignedRoots<'k> {
+    pub fn from_checkpoints(key: &'k VerifierKey, cps: &[Checkpoint]) -> Self {
+        let mut s = SignedRoots {
+            key,
+            roots: BTreeMap::new(),
+            faults: Vec::new(),
+            summary: SignedSummary {
+                key: key.to_string(),
+                ..SignedSummary::default()
+            },
+        };
+        for cp in cps {
+            let (Some(note), Some(topic)) = (&cp.note, cp.topic()) else {
+                continue;
+            };
+            let here = |what: String, found: String| {
+                fault(
+                    &cp.topic,
+                    cp.partition,
+                    cp.from,
+                    format!("checkpoint up to {}: {what}", cp.to),
+                    format!("a note signed by {}", key.name()),
+                    found,
+                )
+            };
+            let body = key
+                .open(note)
+                .map_err(|e| e.to_string())
+                .and_then(|t| CheckpointBody::parse(t).map_err(|e| e.to_string()));
+            match body {
+                Err(e) => s.faults.push(here("signature".into(), e)),
+                Ok(b) if b.origin != origin(key.name(), topic, cp.partition) || b.size != cp.to => {
+                    s.faults.push(here(
+                        "origin and size".into(),
+                        format!("{} at {}", b.origin, b.size),
+                    ))
+                }
+                Ok(b) => {
+                    s.summary.signed_checkpoints += 1;
+                    s.roots
+                        .insert((cp.topic.clone(), cp.partition, b.size), b.root);
+                }
+            }
+        }
+        s
+    }
+
+    /// Check a record's inclusion proof; the fault if it does not hold.
+    pub fn prove(
+        &mut self,
+        topic: &str,
+        p: u32,
+        o: u64,
+        line: &Value,
+        payload: &[u8],
+    ) -> Option<Mismatch> {
+        let bad = |what: &str, found: String| {
+            Some(fault(
+                topic,
+                p,
+                o,
+                what.to_owned(),
+                format!("a proof to a root {} signed", self.key.name()),
+                found,
+            ))
+        };
+        let inc = &line["inclusion"];
+        let (Some(size), Some(index)) = (inc["tree_size"].as_u64(), inc["leaf_index"].as_u64())
+        else {
+            return bad("record is not proven", "no inclusion proof".into());
+        };
+        if index != o {
+            return bad(
+                "inclusion proof is for another offset",
+                format!("leaf index {index}"),
+            );
+        }
+        let Some(root) = self.roots.get(&(topic.to_owned(), p, size)) else {
+            return bad(
+                "inclusion proof's tree is not signed",
+                format!("tree size {size}"),
+            );
+        };
+        let hashes: Option<Vec<Hash>> = inc["hashes"].as_array().and_then(|a| {
+            a.iter()
+                .map(|h| {
+                    h.as_str()
+                        .and_then(|s| B64.decode(s).ok())
+                        .and_then(|b| b.try_into().ok())
+                })
+                .collect()
+        });
+        let Some(hashes) = hashes else {
+            return bad(
+                "inclusion proof",
+                "hashes that are not base64 SHA-256".into(),
+            );
+        };
+        match verify_inclusion(&leaf_hash(payload), index, size, &hashes, root) {
+            Ok(()) => {
+                self.summary.attested += 1;
+                None
+            }
+            Err(e) => bad("record is not in the signed tree", e.to_string()),
+        }
+    }
+}
