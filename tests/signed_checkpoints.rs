@@ -408,3 +408,130 @@ fn a_signed_export_proves_every_record_offline_and_every_edit_fails() {
     let (_, v) = verify_export(&resigned, Some(&key));
     assert_eq!(v["signed"]["attested"], 0, "{v}");
 }
+
+/// The notes of the partition of `seg`, oldest first, as a reader of the
+/// checkpoints topic would keep them.
+fn notes_of(dir: &Path, seg: &Path) -> Vec<String> {
+    let p = partition_of(seg);
+    read_frames(&checkpoints(dir))
+        .iter()
+        .map(|(_, b)| serde_json::from_slice::<Value>(b).unwrap())
+        .filter(|cp| cp["topic"] == "ledger" && cp["partition"] == p)
+        .map(|cp| cp["note"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn verify_since(dir: &Path, old: &str, key: &str) -> (i32, Value) {
+    let f = dir.join("old-note.txt");
+    std::fs::write(&f, old).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .arg("--data")
+        .arg(dir)
+        .args(["--json", "verify", "--key", key, "--since"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or(json!({"stderr": String::from_utf8_lossy(&out.stderr)}));
+    (out.status.code().unwrap_or(-1), v)
+}
+
+/// An auditor who kept an old checkpoint catches what no later signature
+/// can hide: the operator, holding the key, rewrites a record below the
+/// old size and re-signs every checkpoint. `verify --key` alone is then
+/// clean — the log agrees with its new signatures — and `verify --since
+/// OLD` is not.
+#[test]
+fn history_rewritten_and_re_signed_by_the_key_holder_fails_verify_since() {
+    let (d, seg, key) = signed_ledger();
+    let old = notes_of(d.path(), &seg).pop().unwrap();
+    // The log grows and is checkpointed again: it extends the old one.
+    {
+        let signer =
+            SignerKey::parse(&std::fs::read_to_string(d.path().join("checkpoint.key")).unwrap())
+                .unwrap();
+        let opts = agentledger::engine::EngineOptions {
+            signer: Some(Arc::new(signer)),
+            ..common::fixed_clock_options()
+        };
+        let mut l = common::Ledger::open_with(d.path(), &common::Backend::Embedded, opts);
+        l.open_run("r0-again", "developer");
+        l.engine.checkpoint(true).unwrap();
+    }
+    let (code, v) = verify_since(d.path(), &old, &key);
+    assert_eq!(code, 0, "{v}");
+    let since = &v["since"];
+    assert!(
+        since["new_size"].as_u64() >= since["old_size"].as_u64(),
+        "{v}"
+    );
+
+    // The key holder rewrites record 2 and re-signs every checkpoint of the
+    // partition over the rewritten log.
+    let signer =
+        SignerKey::parse(&std::fs::read_to_string(d.path().join("checkpoint.key")).unwrap())
+            .unwrap();
+    let mut frames = read_frames(&seg);
+    let rec = codec::decode(&frames[2].1).unwrap();
+    frames[2].1 = codec::encode_by(
+        &rec.event,
+        &rec.event_id,
+        &rec.chain_key,
+        rec.time_ms,
+        &rec.writer,
+        rec.step,
+        "agent:someone-else",
+    )
+    .unwrap();
+    write_frames(&seg, &frames);
+    let p = partition_of(&seg);
+    let cps = checkpoints(d.path());
+    let mut cp_frames = read_frames(&cps);
+    let mut prev = agentledger::audit::GENESIS;
+    for (_, body) in cp_frames.iter_mut() {
+        let mut cp: Value = serde_json::from_slice(body).unwrap();
+        if cp["topic"] != "ledger" || cp["partition"] != p {
+            continue;
+        }
+        let (from, to) = (cp["from"].as_u64().unwrap(), cp["to"].as_u64().unwrap());
+        let digests: Vec<[u8; 32]> = (from..to)
+            .map(|o| agentledger::audit::record_digest(&frames[o as usize].1).unwrap())
+            .collect();
+        let head = agentledger::audit::link_head(&prev, from, digests.iter());
+        cp["prev_head"] = json!(hex::encode(prev));
+        cp["digests"] = json!(digests.iter().map(hex::encode).collect::<Vec<_>>());
+        cp["head"] = json!(hex::encode(head));
+        prev = head;
+        let mut tree = agentledger::audit::merkle::MemoryTree::new();
+        for f in &frames[..to as usize] {
+            tree.push(agentledger::audit::merkle::leaf_hash(&f.1));
+        }
+        let body_text = agentledger::audit::note::CheckpointBody {
+            origin: agentledger::audit::note::origin(
+                "acme-prod",
+                agentledger::log::Topic::Ledger,
+                p as u32,
+            ),
+            size: to,
+            root: tree.root(),
+        }
+        .text();
+        cp["note"] = json!(signer.sign(&body_text).unwrap());
+        *body = serde_json::to_vec(&cp).unwrap();
+    }
+    write_frames(&cps, &cp_frames);
+    let (code, v) = verify(d.path(), Some(&key));
+    assert_eq!(
+        code, 0,
+        "the rewritten, re-signed log agrees with its signatures: {v}"
+    );
+    let (code, v) = verify_since(d.path(), &old, &key);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["since"]["fault"]
+            .as_str()
+            .unwrap()
+            .contains("does not extend"),
+        "{v}"
+    );
+}

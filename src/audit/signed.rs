@@ -224,3 +224,113 @@ fn check_partition(
     }
     Ok((attested_to, None))
 }
+
+/// What `verify --since` found: the old checkpoint, the newest the log's
+/// key signed for the same partition, and the RFC 9162 proof between them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Since {
+    pub origin: String,
+    pub old_size: u64,
+    pub new_size: u64,
+    /// Base64 hashes of the consistency proof from `old_size` to `new_size`.
+    pub proof: Vec<String>,
+    /// Why the log does not extend the old checkpoint, if it does not.
+    pub fault: Option<String>,
+}
+
+/// Whether today's log extends the one `old_note` attested: the newest
+/// checkpoint `key` signed for its partition must be consistent with it,
+/// by a consistency proof computed from the log and checked as RFC 9162
+/// §2.1.4.2 says, and must itself match the log.
+pub fn verify_since(log: &dyn Log, key: &VerifierKey, old_note: &str) -> Result<Since> {
+    use super::merkle::{consistency_proof, root, verify_consistency, MemoryTree};
+    let refuse = |why: String| {
+        crate::error::LedgerError::Refused(crate::error::Refusal::new(
+            crate::codes::Code::InvalidRequest,
+            why,
+        ))
+    };
+    let old_text = key
+        .open(old_note)
+        .map_err(|e| refuse(format!("the old checkpoint: {e}")))?;
+    let old =
+        CheckpointBody::parse(old_text).map_err(|e| refuse(format!("the old checkpoint: {e}")))?;
+    let (topic, p) = CHAINED_TOPICS
+        .into_iter()
+        .flat_map(|t| (0..log.partitions(t)).map(move |p| (t, p)))
+        .find(|&(t, p)| origin(key.name(), t, p) == old.origin)
+        .ok_or_else(|| {
+            refuse(format!(
+                "the old checkpoint is of {}, no partition of this log",
+                old.origin
+            ))
+        })?;
+    let mut since = Since {
+        origin: old.origin.clone(),
+        old_size: old.size,
+        new_size: old.size,
+        proof: Vec::new(),
+        fault: None,
+    };
+    let mut newest: Option<CheckpointBody> = None;
+    for (_, cp) in checkpoint::read_all(log)? {
+        let Ok(cp) = cp else { continue };
+        let Some(note) = &cp.note else { continue };
+        let Ok(body) = key
+            .open(note)
+            .map_err(|_| ())
+            .and_then(|t| CheckpointBody::parse(t).map_err(|_| ()))
+        else {
+            continue;
+        };
+        if body.origin == old.origin && newest.as_ref().is_none_or(|n| body.size > n.size) {
+            newest = Some(body);
+        }
+    }
+    let Some(new) = newest.filter(|n| n.size >= old.size) else {
+        since.fault = Some(format!(
+            "no checkpoint signed by {} attests {} records or more of {} (records were removed, or the checkpoints)",
+            key.name(),
+            old.size,
+            old.origin
+        ));
+        return Ok(since);
+    };
+    since.new_size = new.size;
+    let mut tree = MemoryTree::new();
+    while tree.size() < new.size {
+        let at = tree.size();
+        let after = log.scan(topic, p, at, (new.size - at).min(4096) as usize, &mut |r| {
+            tree.push(leaf_hash(r.payload));
+            std::ops::ControlFlow::Continue(())
+        })?;
+        if after == at {
+            since.fault = Some(format!(
+                "the log ends at {at}, below the signed size {}",
+                new.size
+            ));
+            return Ok(since);
+        }
+    }
+    if root(&tree, new.size).unwrap_or_else(|n| match n {}) != new.root {
+        since.fault = Some(format!(
+            "the log's records [0, {}) do not have the root signed for them",
+            new.size
+        ));
+        return Ok(since);
+    }
+    if old.size == 0 {
+        return Ok(since);
+    }
+    let proof = consistency_proof(&tree, old.size, new.size)
+        .unwrap_or_else(|n| match n {})
+        .unwrap_or_default();
+    since.proof = proof.iter().map(|h| B64.encode(h)).collect();
+    if let Err(e) = verify_consistency(old.size, new.size, &old.root, &new.root, &proof) {
+        since.fault = Some(format!(
+            "the log at {} does not extend the checkpoint at {}: {e} (history was rewritten)",
+            new.size, old.size
+        ));
+    }
+    Ok(since)
+}

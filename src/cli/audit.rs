@@ -158,3 +158,33 @@ pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
         }
     }
 }
+
+/// `verify --since OLD --key K`: 0 when the log extends the old checkpoint,
+/// 1 when it does not, 2 when it cannot tell.
+pub fn verify_since(cli: &Cli, old: &std::path::Path, key: &str) -> Result<i32> {
+    let key = verifier_key(key)?;
+    let note =
+        std::fs::read_to_string(old).with_context(|| format!("reading {}", old.display()))?;
+    if super::remote::server_for(cli)?.is_some() {
+        anyhow::bail!(
+            "verify --since reads the log itself; stop the server on this data dir, or run it where the log is readable"
+        );
+    }
+    let (_lock, log) = super::open_log_read_only(cli)?;
+    let since = agentledger::audit::signed::verify_since(log.as_ref(), &key, &note)?;
+    if cli.json {
+        outln!("{}", json!({"ok": since.fault.is_none(), "since": since}));
+    } else {
+        match &since.fault {
+            None => outln!(
+                "{}: the log at {} extends the checkpoint at {} (consistency proof of {} hashes checked)",
+                since.origin,
+                since.new_size,
+                since.old_size,
+                since.proof.len()
+            ),
+            Some(why) => outln!("MISMATCH {}: {why}", since.origin),
+        }
+    }
+    Ok(if since.fault.is_none() { 0 } else { 1 })
+}

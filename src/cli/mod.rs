@@ -256,6 +256,12 @@ pub enum Command {
         /// under a signed checkpoint whose Merkle root matches the log.
         #[arg(long, env = "AGENTLEDGER_VERIFIER_KEY")]
         key: Option<String>,
+        /// Prove that today's log extends the one this older signed
+        /// checkpoint (a file holding its note) attested: nothing
+        /// rewritten, nothing removed (RFC 9162 consistency proof; needs
+        /// --key).
+        #[arg(long, requires = "key", conflicts_with = "export")]
+        since: Option<PathBuf>,
         #[command(flatten)]
         acting: ActingAs,
     },
@@ -670,6 +676,11 @@ fn run_command(cli: Cli) -> Result<i32> {
             },
         ),
         Command::Stats { task, .. } => inspect::ask(&cli, Query::Stats { task: task.clone() }),
+        Command::Verify {
+            key,
+            since: Some(old),
+            ..
+        } => audit::verify_since(&cli, old, key.as_deref().unwrap_or_default()),
         Command::Verify { export, key, .. } => {
             audit::verify(&cli, export.as_deref(), key.as_deref())
         }
