@@ -40,15 +40,10 @@ fn signed_ledger() -> (tempfile::TempDir, PathBuf, String) {
 }
 
 fn verify(dir: &Path, key: Option<&str>) -> (i32, Value) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_agentledger"));
-    c.arg("--data").arg(dir).args(["--json", "verify"]);
-    if let Some(k) = key {
-        c.args(["--key", k]);
+    match key {
+        Some(k) => common::verify_json(dir, &["--key", k]),
+        None => common::verify_json(dir, &[]),
     }
-    let out = c.output().unwrap();
-    let v = serde_json::from_slice(&out.stdout)
-        .unwrap_or(json!({"stderr": String::from_utf8_lossy(&out.stderr)}));
-    (out.status.code().unwrap_or(-1), v)
 }
 
 fn partition_of(seg: &Path) -> u64 {
@@ -68,6 +63,68 @@ fn checkpoints(dir: &Path) -> PathBuf {
 /// What the mismatches say, one string.
 fn said(v: &Value) -> String {
     v["mismatches"].to_string()
+}
+
+/// Recompute every checkpoint of the partition of `seg` from `frames` (its
+/// records as a forger left them): digests, heads and — when the forger
+/// holds the key — the signed notes; without the key the notes stay.
+fn rechain(dir: &Path, seg: &Path, frames: &[(Vec<u8>, Vec<u8>)], signer: Option<&SignerKey>) {
+    let p = partition_of(seg);
+    let cps = checkpoints(dir);
+    let mut cp_frames = read_frames(&cps);
+    let mut prev = agentledger::audit::GENESIS;
+    for (_, body) in cp_frames.iter_mut() {
+        let mut cp: Value = serde_json::from_slice(body).unwrap();
+        if cp["topic"] != "ledger" || cp["partition"] != p {
+            continue;
+        }
+        let (from, to) = (cp["from"].as_u64().unwrap(), cp["to"].as_u64().unwrap());
+        let digests: Vec<[u8; 32]> = (from..to)
+            .map(|o| agentledger::audit::record_digest(&frames[o as usize].1).unwrap())
+            .collect();
+        let head = agentledger::audit::link_head(&prev, from, digests.iter());
+        cp["prev_head"] = json!(hex::encode(prev));
+        cp["digests"] = json!(digests.iter().map(hex::encode).collect::<Vec<_>>());
+        cp["head"] = json!(hex::encode(head));
+        prev = head;
+        if let Some(signer) = signer {
+            let mut tree = agentledger::audit::merkle::MemoryTree::new();
+            for f in &frames[..to as usize] {
+                tree.push(agentledger::audit::merkle::leaf_hash(&f.1));
+            }
+            let text = agentledger::audit::note::CheckpointBody {
+                origin: agentledger::audit::note::origin(
+                    signer.name(),
+                    agentledger::log::Topic::Ledger,
+                    p as u32,
+                ),
+                size: to,
+                root: tree.root(),
+            }
+            .text();
+            cp["note"] = json!(signer.sign(&text).unwrap());
+        }
+        *body = serde_json::to_vec(&cp).unwrap();
+    }
+    write_frames(&cps, &cp_frames);
+}
+
+/// Record `at` of `frames` re-encoded as caused by someone else: a valid
+/// record, body digest and all.
+fn reattribute(frames: &mut [(Vec<u8>, Vec<u8>)], at: usize) {
+    let rec = codec::decode(&frames[at].1).unwrap();
+    let forged = codec::encode_by(
+        &rec.event,
+        &rec.event_id,
+        &rec.chain_key,
+        rec.time_ms,
+        &rec.writer,
+        rec.step,
+        "agent:someone-else",
+    )
+    .unwrap();
+    assert_ne!(forged, frames[at].1);
+    frames[at].1 = forged;
 }
 
 #[test]
@@ -96,43 +153,10 @@ fn a_signed_ledger_verifies_with_its_key_and_says_what_the_signatures_attest() {
 fn the_insiders_forgery_with_every_digest_recomputed_is_caught_by_the_signature() {
     let (d, seg, key) = signed_ledger();
     let mut frames = read_frames(&seg);
-    let at = 3;
-    let rec = codec::decode(&frames[at].1).unwrap();
-    let forged = codec::encode_by(
-        &rec.event,
-        &rec.event_id,
-        &rec.chain_key,
-        rec.time_ms,
-        &rec.writer,
-        rec.step,
-        "agent:someone-else",
-    )
-    .unwrap();
-    assert_ne!(forged, frames[at].1);
-    frames[at].1 = forged;
+    reattribute(&mut frames, 3);
     write_frames(&seg, &frames);
-    // Every checkpoint of the partition recomputed from the forged log.
-    let cps = checkpoints(d.path());
-    let mut cp_frames = read_frames(&cps);
+    rechain(d.path(), &seg, &frames, None);
     let p = partition_of(&seg);
-    let mut prev = agentledger::audit::GENESIS;
-    for (_, body) in cp_frames.iter_mut() {
-        let mut cp: Value = serde_json::from_slice(body).unwrap();
-        if cp["topic"] != "ledger" || cp["partition"] != p {
-            continue;
-        }
-        let (from, to) = (cp["from"].as_u64().unwrap(), cp["to"].as_u64().unwrap());
-        let digests: Vec<[u8; 32]> = (from..to)
-            .map(|o| agentledger::audit::record_digest(&frames[o as usize].1).unwrap())
-            .collect();
-        let head = agentledger::audit::link_head(&prev, from, digests.iter());
-        cp["prev_head"] = json!(hex::encode(prev));
-        cp["digests"] = json!(digests.iter().map(hex::encode).collect::<Vec<_>>());
-        cp["head"] = json!(hex::encode(head));
-        prev = head;
-        *body = serde_json::to_vec(&cp).unwrap();
-    }
-    write_frames(&cps, &cp_frames);
 
     let (code, v) = verify(d.path(), None);
     assert_eq!(
@@ -472,54 +496,9 @@ fn history_rewritten_and_re_signed_by_the_key_holder_fails_verify_since() {
         SignerKey::parse(&std::fs::read_to_string(d.path().join("checkpoint.key")).unwrap())
             .unwrap();
     let mut frames = read_frames(&seg);
-    let rec = codec::decode(&frames[2].1).unwrap();
-    frames[2].1 = codec::encode_by(
-        &rec.event,
-        &rec.event_id,
-        &rec.chain_key,
-        rec.time_ms,
-        &rec.writer,
-        rec.step,
-        "agent:someone-else",
-    )
-    .unwrap();
+    reattribute(&mut frames, 2);
     write_frames(&seg, &frames);
-    let p = partition_of(&seg);
-    let cps = checkpoints(d.path());
-    let mut cp_frames = read_frames(&cps);
-    let mut prev = agentledger::audit::GENESIS;
-    for (_, body) in cp_frames.iter_mut() {
-        let mut cp: Value = serde_json::from_slice(body).unwrap();
-        if cp["topic"] != "ledger" || cp["partition"] != p {
-            continue;
-        }
-        let (from, to) = (cp["from"].as_u64().unwrap(), cp["to"].as_u64().unwrap());
-        let digests: Vec<[u8; 32]> = (from..to)
-            .map(|o| agentledger::audit::record_digest(&frames[o as usize].1).unwrap())
-            .collect();
-        let head = agentledger::audit::link_head(&prev, from, digests.iter());
-        cp["prev_head"] = json!(hex::encode(prev));
-        cp["digests"] = json!(digests.iter().map(hex::encode).collect::<Vec<_>>());
-        cp["head"] = json!(hex::encode(head));
-        prev = head;
-        let mut tree = agentledger::audit::merkle::MemoryTree::new();
-        for f in &frames[..to as usize] {
-            tree.push(agentledger::audit::merkle::leaf_hash(&f.1));
-        }
-        let body_text = agentledger::audit::note::CheckpointBody {
-            origin: agentledger::audit::note::origin(
-                "acme-prod",
-                agentledger::log::Topic::Ledger,
-                p as u32,
-            ),
-            size: to,
-            root: tree.root(),
-        }
-        .text();
-        cp["note"] = json!(signer.sign(&body_text).unwrap());
-        *body = serde_json::to_vec(&cp).unwrap();
-    }
-    write_frames(&cps, &cp_frames);
+    rechain(d.path(), &seg, &frames, Some(&signer));
     let (code, v) = verify(d.path(), Some(&key));
     assert_eq!(
         code, 0,

@@ -41,15 +41,7 @@ fn segment_of(dir: &Path, root: &str) -> PathBuf {
 }
 
 fn verify(dir: &Path) -> (i32, Value) {
-    let out = bin()
-        .arg("--data")
-        .arg(dir)
-        .args(["--json", "verify"])
-        .output()
-        .unwrap();
-    let v = serde_json::from_slice(&out.stdout)
-        .unwrap_or(json!({"stderr": String::from_utf8_lossy(&out.stderr)}));
-    (out.status.code().unwrap_or(-1), v)
+    common::verify_json(dir, &[])
 }
 
 fn partition_of(seg: &Path) -> u64 {

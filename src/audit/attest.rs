@@ -3,7 +3,7 @@
 //! (how far each partition is attested, and its head).
 
 use super::checkpoint::Checkpoint;
-use super::merkle::{leaf_hash, Frontier};
+use super::merkle::Frontier;
 use super::note::{origin, CheckpointBody, SignerKey};
 use super::recent::RecentDigests;
 use crate::error::Result;
@@ -25,23 +25,9 @@ pub struct Attestation {
     frontiers: HashMap<(Topic, u32), Frontier>,
 }
 
-/// Push the leaf hashes of records `[from, to)` of a partition.
+/// Push the leaf hashes of the partition's records up to `to`.
 fn extend(log: &dyn Log, topic: Topic, p: u32, to: u64, f: &mut Frontier) -> Result<()> {
-    while f.size() < to {
-        let at = f.size();
-        let after = log.scan(topic, p, at, (to - at).min(4096) as usize, &mut |r| {
-            f.push(leaf_hash(r.payload));
-            std::ops::ControlFlow::Continue(())
-        })?;
-        if after == at {
-            return Err(crate::error::LedgerError::MissingRecord {
-                topic,
-                partition: p,
-                offset: at,
-            });
-        }
-    }
-    Ok(())
+    super::checkpoint::leaf_hashes(log, topic, p, f.size(), to, &mut |h| f.push(h))
 }
 
 /// Who writes the checkpoints, when, and with which key they are signed.

@@ -187,3 +187,37 @@ pub fn append(log: &dyn Log, cps: &[Checkpoint]) -> Result<Vec<(u32, u64)>> {
         .collect();
     Ok(log.append(Topic::Checkpoints, &recs)?)
 }
+
+/// Feed the RFC 9162 leaf hashes of records `[from, to)` of a partition to
+/// `push`, in offset order; a record missing below `to` is an error.
+pub fn leaf_hashes(
+    log: &dyn Log,
+    topic: Topic,
+    partition: u32,
+    from: u64,
+    to: u64,
+    push: &mut dyn FnMut(super::merkle::Hash),
+) -> Result<()> {
+    let mut at = from;
+    while at < to {
+        let after = log.scan(
+            topic,
+            partition,
+            at,
+            (to - at).min(4096) as usize,
+            &mut |r| {
+                push(super::merkle::leaf_hash(r.payload));
+                std::ops::ControlFlow::Continue(())
+            },
+        )?;
+        if after == at {
+            return Err(LedgerError::MissingRecord {
+                topic,
+                partition,
+                offset: at,
+            });
+        }
+        at = after;
+    }
+    Ok(())
+}

@@ -6,7 +6,7 @@
 //! auditor with the verifier key needs nothing from the ledger's operator.
 
 use super::checkpoint::Checkpoint;
-use super::merkle::{inclusion_proof, leaf_hash, MemoryTree};
+use super::merkle::{inclusion_proof, MemoryTree};
 use crate::codec;
 use crate::error::Result;
 use crate::log::{Log, Topic};
@@ -44,27 +44,7 @@ pub fn write_export(
     let mut trees: BTreeMap<u32, MemoryTree> = BTreeMap::new();
     for (&p, &to) in &reach {
         let mut t = MemoryTree::new();
-        let mut at = 0;
-        while at < to {
-            let after = log.scan(
-                Topic::Ledger,
-                p,
-                at,
-                (to - at).min(4096) as usize,
-                &mut |r| {
-                    t.push(leaf_hash(r.payload));
-                    std::ops::ControlFlow::Continue(())
-                },
-            )?;
-            if after == at {
-                return Err(crate::error::LedgerError::MissingRecord {
-                    topic: Topic::Ledger,
-                    partition: p,
-                    offset: at,
-                });
-            }
-            at = after;
-        }
+        super::checkpoint::leaf_hashes(log, Topic::Ledger, p, 0, to, &mut |h| t.push(h))?;
         trees.insert(p, t);
     }
     let mut used: Vec<&Checkpoint> = Vec::new();

@@ -10,7 +10,7 @@
 //! records past the last one leaves records that no signature attests.
 
 use super::checkpoint::{self, CHAINED_TOPICS};
-use super::merkle::{leaf_hash, Frontier, Hash};
+use super::merkle::{Frontier, Hash};
 use super::note::{origin, CheckpointBody, VerifierKey};
 use super::verify::Mismatch;
 use crate::error::Result;
@@ -176,20 +176,7 @@ fn check_partition(
     let mut f = Frontier::new();
     let mut attested_to = 0;
     for (&size, s) in signed {
-        while f.size() < size {
-            let at = f.size();
-            let after = log.scan(topic, p, at, (size - at).min(4096) as usize, &mut |r| {
-                f.push(leaf_hash(r.payload));
-                std::ops::ControlFlow::Continue(())
-            })?;
-            if after == at {
-                return Err(crate::error::LedgerError::MissingRecord {
-                    topic,
-                    partition: p,
-                    offset: at,
-                });
-            }
-        }
+        checkpoint::leaf_hashes(log, topic, p, f.size(), size, &mut |h| f.push(h))?;
         let root = f.root();
         if root != s.root {
             return Ok((
@@ -297,21 +284,16 @@ pub fn verify_since(log: &dyn Log, key: &VerifierKey, old_note: &str) -> Result<
         return Ok(since);
     };
     since.new_size = new.size;
-    let mut tree = MemoryTree::new();
-    while tree.size() < new.size {
-        let at = tree.size();
-        let after = log.scan(topic, p, at, (new.size - at).min(4096) as usize, &mut |r| {
-            tree.push(leaf_hash(r.payload));
-            std::ops::ControlFlow::Continue(())
-        })?;
-        if after == at {
-            since.fault = Some(format!(
-                "the log ends at {at}, below the signed size {}",
-                new.size
-            ));
-            return Ok(since);
-        }
+    let end = log.end_offset(topic, p)?;
+    if end < new.size {
+        since.fault = Some(format!(
+            "the log ends at {end}, below the signed size {}",
+            new.size
+        ));
+        return Ok(since);
     }
+    let mut tree = MemoryTree::new();
+    checkpoint::leaf_hashes(log, topic, p, 0, new.size, &mut |h| tree.push(h))?;
     if root(&tree, new.size).unwrap_or_else(|n| match n {}) != new.root {
         since.fault = Some(format!(
             "the log's records [0, {}) do not have the root signed for them",

@@ -659,3 +659,18 @@ impl Cluster {
         }
     }
 }
+
+/// `agentledger --data DIR --json verify EXTRA…`: its exit code and its
+/// JSON (or `{"stderr": …}` when it printed none).
+pub fn verify_json(dir: &Path, extra: &[&str]) -> (i32, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .arg("--data")
+        .arg(dir)
+        .args(["--json", "verify"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or(json!({"stderr": String::from_utf8_lossy(&out.stderr)}));
+    (out.status.code().unwrap_or(-1), v)
+}
