@@ -125,13 +125,57 @@ pub fn verify_signed(log: &dyn Log, key: &VerifierKey) -> Result<(SignedSummary,
             }
         }
     }
+    // Partitions are independent trees: one thread per core, largest
+    // first, results kept in partition order.
+    let mut jobs: Vec<(Topic, u32, u64, BTreeMap<u64, Signed>)> = Vec::new();
     for topic in CHAINED_TOPICS {
         for p in 0..log.partitions(topic) {
             let signed = sizes.remove(&(topic, p)).unwrap_or_default();
-            let (attested, m) = check_partition(log, topic, p, &signed)?;
-            summary.attested += attested;
-            mismatches.extend(m);
+            jobs.push((topic, p, log.end_offset(topic, p)?, signed));
         }
+    }
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(jobs[i].2));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(jobs.len().max(1));
+    type Outcome = (usize, Result<(u64, Option<Mismatch>)>);
+    let mut outcomes: Vec<Outcome> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    while let Some(&i) =
+                        order.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                    {
+                        let (topic, p, _, signed) = &jobs[i];
+                        done.push((i, check_partition(log, *topic, *p, signed)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    vec![(
+                        usize::MAX,
+                        Err(crate::error::LedgerError::Internal(
+                            "a verify thread panicked",
+                        )),
+                    )]
+                })
+            })
+            .collect()
+    });
+    outcomes.sort_by_key(|(i, _)| *i);
+    for (_, outcome) in outcomes {
+        let (attested, m) = outcome?;
+        summary.attested += attested;
+        mismatches.extend(m);
     }
     for ((topic, p), signed) in sizes {
         if let Some((size, s)) = signed.into_iter().next() {
