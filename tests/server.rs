@@ -1540,3 +1540,56 @@ fn no_credential_appears_in_logs_files_trails_or_exports() {
         }
     }
 }
+
+/// A serving ledger with a checkpoint key signs what it writes within
+/// `--checkpoint-ms`, without waiting for 1024 records: `GET
+/// /v1/verify?key=` (and the CLI's `verify --key` through the server) soon
+/// find every record under a signed checkpoint. A key that is not one is a
+/// 400 naming it.
+#[test]
+fn a_serving_ledger_signs_its_records_within_the_checkpoint_interval() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let (code, key, err) = common::cli(&data, &["key", "generate", "--name", "serving"]);
+    assert_eq!(code, 0, "{err}");
+    let key = key.trim().to_owned();
+    let s = start(&data, None, &["--checkpoint-ms", "200"]);
+    let c = http(&s.url);
+    for op in [
+        json!({"op":"publish_agent","agent":"hotel","scope":"acme/travel"}),
+        json!({"op":"open_run","run":"h1","agent":"hotel"}),
+    ] {
+        let r = c
+            .post(format!("{}/v1/ops", s.url))
+            .body(op.to_string())
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let v = loop {
+        let r = c
+            .get(format!("{}/v1/verify", s.url))
+            .query(&[("key", key.as_str())])
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        let v: Value = r.json().unwrap();
+        if v["ok"] == true || Instant::now() > deadline {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["signed"]["attested"], v["records"], "{v}");
+    let (code, out, err) = common::cli(&data, &["verify", "--key", &key]);
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(out.contains("signed by serving+"), "{out}");
+    let r = c
+        .get(format!("{}/v1/verify", s.url))
+        .query(&[("key", "not-a-key")])
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(r.text().unwrap().contains("key:"));
+}
