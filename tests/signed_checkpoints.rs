@@ -514,3 +514,59 @@ fn history_rewritten_and_re_signed_by_the_key_holder_fails_verify_since() {
         "{v}"
     );
 }
+
+/// `proof inclusion` and `proof consistency` print RFC 9162 proofs that
+/// verify against the root the ledger signed.
+#[test]
+fn printed_proofs_verify_against_the_signed_root() {
+    use agentledger::audit::merkle::{leaf_hash, verify_consistency, verify_inclusion, MemoryTree};
+    use base64::Engine as _;
+    let (d, seg, _) = signed_ledger();
+    let p = partition_of(&seg).to_string();
+    let frames = read_frames(&seg);
+    let note = notes_of(d.path(), &seg).pop().unwrap();
+    let signed =
+        agentledger::audit::note::CheckpointBody::parse(&note[..note.rfind("\n\n").unwrap() + 1])
+            .unwrap();
+    assert_eq!(signed.size, frames.len() as u64);
+    let ask = |args: &[&str]| -> Value {
+        let (code, out, err) = common::cli(d.path(), args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        serde_json::from_str(&out).unwrap()
+    };
+    let hashes = |v: &Value| -> Vec<[u8; 32]> {
+        v["hashes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                b64()
+                    .decode(h.as_str().unwrap())
+                    .unwrap()
+                    .try_into()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let v = ask(&["proof", "inclusion", "3", "--partition", &p]);
+    assert_eq!(
+        b64().decode(v["root"].as_str().unwrap()).unwrap(),
+        signed.root
+    );
+    verify_inclusion(
+        &leaf_hash(&frames[3].1),
+        3,
+        signed.size,
+        &hashes(&v),
+        &signed.root,
+    )
+    .unwrap();
+    let v = ask(&["proof", "consistency", "2", "--partition", &p]);
+    let mut old = MemoryTree::new();
+    for f in &frames[..2] {
+        old.push(leaf_hash(&f.1));
+    }
+    verify_consistency(2, signed.size, &old.root(), &signed.root, &hashes(&v)).unwrap();
+    let (code, _, err) = common::cli(d.path(), &["proof", "inclusion", "999", "--partition", &p]);
+    assert_eq!(code, 1, "{err}");
+}

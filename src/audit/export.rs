@@ -6,7 +6,7 @@
 //! auditor with the verifier key needs nothing from the ledger's operator.
 
 use super::checkpoint::Checkpoint;
-use super::merkle::{inclusion_proof, MemoryTree};
+use super::merkle::MemoryTree;
 use crate::codec;
 use crate::error::Result;
 use crate::log::{Log, Topic};
@@ -64,9 +64,7 @@ pub fn write_export(
                "digest": digest, "record_b64": B64.encode(&raw.payload)});
         let signed = covering(s).filter(|c| c.note.is_some());
         if let (Some(cp), Some(tree)) = (signed, trees.get(&s.partition)) {
-            let proof = inclusion_proof(tree, s.offset, cp.to)
-                .unwrap_or_else(|n| match n {})
-                .unwrap_or_default();
+            let proof = tree.inclusion(s.offset, cp.to).unwrap_or_default();
             line["inclusion"] = json!({"tree_size": cp.to, "leaf_index": s.offset,
                 "hashes": proof.iter().map(|h| B64.encode(h)).collect::<Vec<_>>()});
         }

@@ -334,7 +334,22 @@ impl MemoryTree {
     }
 
     pub fn root(&self) -> Hash {
-        root(self, self.size()).unwrap_or_else(|n| match n {})
+        self.root_at(self.size())
+    }
+
+    /// The root of the first `size` leaves (`size` ≤ [`Self::size`]).
+    pub fn root_at(&self, size: u64) -> Hash {
+        root(self, size).unwrap_or_else(|n| match n {})
+    }
+
+    /// [`inclusion_proof`] in the tree of the first `size` leaves.
+    pub fn inclusion(&self, index: u64, size: u64) -> Option<Vec<Hash>> {
+        inclusion_proof(self, index, size).unwrap_or_else(|n| match n {})
+    }
+
+    /// [`consistency_proof`] between the trees of `old` and `new` leaves.
+    pub fn consistency(&self, old: u64, new: u64) -> Option<Vec<Hash>> {
+        consistency_proof(self, old, new).unwrap_or_else(|n| match n {})
     }
 }
 

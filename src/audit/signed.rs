@@ -274,7 +274,7 @@ pub struct Since {
 /// by a consistency proof computed from the log and checked as RFC 9162
 /// §2.1.4.2 says, and must itself match the log.
 pub fn verify_since(log: &dyn Log, key: &VerifierKey, old_note: &str) -> Result<Since> {
-    use super::merkle::{consistency_proof, root, verify_consistency, MemoryTree};
+    use super::merkle::{verify_consistency, MemoryTree};
     let refuse = |why: String| {
         crate::error::LedgerError::Refused(crate::error::Refusal::new(
             crate::codes::Code::InvalidRequest,
@@ -338,7 +338,7 @@ pub fn verify_since(log: &dyn Log, key: &VerifierKey, old_note: &str) -> Result<
     }
     let mut tree = MemoryTree::new();
     checkpoint::leaf_hashes(log, topic, p, 0, new.size, &mut |h| tree.push(h))?;
-    if root(&tree, new.size).unwrap_or_else(|n| match n {}) != new.root {
+    if tree.root_at(new.size) != new.root {
         since.fault = Some(format!(
             "the log's records [0, {}) do not have the root signed for them",
             new.size
@@ -348,9 +348,7 @@ pub fn verify_since(log: &dyn Log, key: &VerifierKey, old_note: &str) -> Result<
     if old.size == 0 {
         return Ok(since);
     }
-    let proof = consistency_proof(&tree, old.size, new.size)
-        .unwrap_or_else(|n| match n {})
-        .unwrap_or_default();
+    let proof = tree.consistency(old.size, new.size).unwrap_or_default();
     since.proof = proof.iter().map(|h| B64.encode(h)).collect();
     if let Err(e) = verify_consistency(old.size, new.size, &old.root, &new.root, &proof) {
         since.fault = Some(format!(

@@ -188,3 +188,64 @@ pub fn verify_since(cli: &Cli, old: &std::path::Path, key: &str) -> Result<i32> 
     }
     Ok(if since.fault.is_none() { 0 } else { 1 })
 }
+
+/// `proof inclusion|consistency`: 0 with the proof printed, 1 when the
+/// sizes asked for do not exist.
+pub fn proof(
+    cli: &Cli,
+    what: &super::ProofCommand,
+    topic: &str,
+    partition: u32,
+    size: Option<u64>,
+) -> Result<i32> {
+    use agentledger::audit::checkpoint::{leaf_hashes, CHAINED_TOPICS};
+    use agentledger::audit::merkle::MemoryTree;
+    use base64::Engine as _;
+    let b64 = |h: &[u8; 32]| base64::engine::general_purpose::STANDARD.encode(h);
+    let Some(t) = CHAINED_TOPICS.into_iter().find(|t| t.name() == topic) else {
+        anyhow::bail!("--topic {topic:?}: proofs are of ledger or registry partitions");
+    };
+    if super::remote::server_for(cli)?.is_some() {
+        anyhow::bail!("proof reads the log itself; stop the server on this data dir first");
+    }
+    let (_lock, log) = super::open_log_read_only(cli)?;
+    if partition >= log.partitions(t) {
+        anyhow::bail!(
+            "--partition {partition}: {topic} has {} partitions",
+            log.partitions(t)
+        );
+    }
+    let end = log.end_offset(t, partition)?;
+    let size = size.unwrap_or(end);
+    if size > end {
+        eprintln!("agentledger: {topic}/{partition} holds {end} records, fewer than --size {size}");
+        return Ok(1);
+    }
+    let mut tree = MemoryTree::new();
+    leaf_hashes(log.as_ref(), t, partition, 0, size, &mut |h| tree.push(h))?;
+    let root = tree.root_at(size);
+    let (kind, at, proof) = match what {
+        super::ProofCommand::Inclusion { offset } => {
+            ("inclusion", *offset, tree.inclusion(*offset, size))
+        }
+        super::ProofCommand::Consistency { old } => {
+            ("consistency", *old, tree.consistency(*old, size))
+        }
+    };
+    let Some(proof) = proof else {
+        eprintln!("agentledger: no {kind} proof for {at} in a tree of {size} records");
+        return Ok(1);
+    };
+    let hashes: Vec<String> = proof.iter().map(b64).collect();
+    let mut out = json!({"topic": topic, "partition": partition, "tree_size": size,
+                         "root": b64(&root), "hashes": hashes});
+    match what {
+        super::ProofCommand::Inclusion { .. } => out["leaf_index"] = json!(at),
+        super::ProofCommand::Consistency { .. } => {
+            out["old_size"] = json!(at);
+            out["old_root"] = json!(b64(&tree.root_at(at)));
+        }
+    }
+    outln!("{out}");
+    Ok(0)
+}

@@ -203,6 +203,14 @@ impl Command {
 }
 
 #[derive(Subcommand)]
+pub enum ProofCommand {
+    /// The inclusion proof of the record at OFFSET.
+    Inclusion { offset: u64 },
+    /// The consistency proof from the tree of OLD records.
+    Consistency { old: u64 },
+}
+
+#[derive(Subcommand)]
 pub enum KeyCommand {
     /// Make a new Ed25519 checkpoint key at --checkpoint-key (default
     /// <data>/checkpoint.key); refuses to replace one.
@@ -267,6 +275,22 @@ pub enum Command {
     },
     /// Write checkpoints now, covering every record of the log.
     Checkpoint,
+    /// RFC 9162 proofs from a partition's Merkle tree, as JSON (hashes in
+    /// base64), for transparency-log clients: `proof inclusion OFFSET` in
+    /// the tree of `--size` records, `proof consistency OLD` from the tree
+    /// of OLD records to the one of `--size` (default: the log's end).
+    Proof {
+        #[command(subcommand)]
+        what: ProofCommand,
+        /// The topic: ledger or registry.
+        #[arg(long, default_value = "ledger", global = true)]
+        topic: String,
+        #[arg(long, default_value_t = 0, global = true)]
+        partition: u32,
+        /// The tree size to prove in (default: every record of the partition).
+        #[arg(long, global = true)]
+        size: Option<u64>,
+    },
     /// Export a run's or a chain's records with their covering checkpoints.
     Export {
         #[arg(long, conflicts_with = "chain")]
@@ -685,6 +709,12 @@ fn run_command(cli: Cli) -> Result<i32> {
             audit::verify(&cli, export.as_deref(), key.as_deref())
         }
         Command::Checkpoint => audit::checkpoint(&cli),
+        Command::Proof {
+            what,
+            topic,
+            partition,
+            size,
+        } => audit::proof(&cli, what, topic, *partition, *size),
         Command::Export {
             run,
             chain,
