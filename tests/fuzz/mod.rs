@@ -96,15 +96,19 @@ pub fn export_text(bytes: &[u8]) -> Result<(), TestCaseError> {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return Ok(()); // `verify --export` refuses it when reading the file
     };
-    match agentledger::audit::verify::verify_export(text, None) {
-        Ok(report) => {
-            for m in &report.mismatches {
-                clear("export mismatch", m.to_string())?;
+    // Without a key, and with the one that signed the seed export, so the
+    // notes and inclusion proofs are parsed too.
+    for key in [None, Some(&seeds().verifier)] {
+        match agentledger::audit::verify::verify_export(text, key) {
+            Ok(report) => {
+                for m in &report.mismatches {
+                    clear("export mismatch", m.to_string())?;
+                }
             }
-            Ok(())
+            Err(e) => clear("export", e.to_string())?,
         }
-        Err(e) => clear("export", e.to_string()),
     }
+    Ok(())
 }
 
 /// Valid inputs of each kind, to mutate.
@@ -113,6 +117,8 @@ pub struct Seeds {
     pub segment: Vec<u8>,
     pub checkpoint: Vec<u8>,
     pub export: Vec<u8>,
+    /// The key that signed the checkpoints of `export`.
+    pub verifier: agentledger::audit::note::VerifierKey,
     pub lines: Vec<Vec<u8>>,
 }
 
@@ -143,9 +149,12 @@ fn build_seeds() -> Seeds {
         json!({"op":"put_blob","task":"t1","content":"doc","ttl_s":60}),
         json!({"op":"get_context","task":"t1","agent":"nobody"}),
     ];
+    let signer = agentledger::audit::note::SignerKey::generate("fuzz").unwrap();
+    let verifier = signer.verifier();
     {
         let opts = agentledger::engine::EngineOptions {
             embedded: config.clone(),
+            signer: Some(std::sync::Arc::new(signer)),
             ..agentledger::engine::EngineOptions::default()
         };
         let mut engine = agentledger::engine::Engine::open_embedded(dir.path(), opts).unwrap();
@@ -200,6 +209,7 @@ fn build_seeds() -> Seeds {
         segment,
         checkpoint,
         export,
+        verifier,
         lines: lines.iter().map(|l| l.to_string().into_bytes()).collect(),
     }
 }
