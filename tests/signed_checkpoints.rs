@@ -109,10 +109,10 @@ fn rechain(dir: &Path, seg: &Path, frames: &[(Vec<u8>, Vec<u8>)], signer: Option
     write_frames(&cps, &cp_frames);
 }
 
-/// Record `at` of `frames` re-encoded as caused by someone else: a valid
-/// record, body digest and all.
-fn reattribute(frames: &mut [(Vec<u8>, Vec<u8>)], at: usize) {
-    let rec = codec::decode(&frames[at].1).unwrap();
+/// A record's bytes re-encoded as caused by someone else: a valid record,
+/// body digest and all.
+fn reattributed(bytes: &[u8]) -> Vec<u8> {
+    let rec = codec::decode(bytes).unwrap();
     let forged = codec::encode_by(
         &rec.event,
         &rec.event_id,
@@ -123,8 +123,13 @@ fn reattribute(frames: &mut [(Vec<u8>, Vec<u8>)], at: usize) {
         "agent:someone-else",
     )
     .unwrap();
-    assert_ne!(forged, frames[at].1);
-    frames[at].1 = forged;
+    assert_ne!(forged, bytes);
+    forged
+}
+
+/// Record `at` of `frames`, reattributed.
+fn reattribute(frames: &mut [(Vec<u8>, Vec<u8>)], at: usize) {
+    frames[at].1 = reattributed(&frames[at].1);
 }
 
 #[test]
@@ -366,17 +371,7 @@ fn a_signed_export_proves_every_record_offline_and_every_edit_fails() {
     // agrees; the signed root does not.
     let rewritten = edited("rewritten", &|c| {
         let bytes = b64().decode(c[r]["record_b64"].as_str().unwrap()).unwrap();
-        let rec = codec::decode(&bytes).unwrap();
-        let forged = codec::encode_by(
-            &rec.event,
-            &rec.event_id,
-            &rec.chain_key,
-            rec.time_ms,
-            &rec.writer,
-            rec.step,
-            "agent:someone-else",
-        )
-        .unwrap();
+        let forged = reattributed(&bytes);
         let digest = agentledger::audit::record_digest(&forged).unwrap();
         c[r]["record_b64"] = json!(b64().encode(&forged));
         c[r]["digest"] = json!(hex::encode(digest));

@@ -9,23 +9,12 @@ use super::checkpoint::Checkpoint;
 use super::merkle::{leaf_hash, verify_inclusion, Hash};
 use super::note::{origin, CheckpointBody, VerifierKey};
 use super::signed::SignedSummary;
-use super::verify::Mismatch;
+use super::verify::{mismatch as fault, Mismatch};
 use crate::codec;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde_json::Value;
 use std::collections::BTreeMap;
-
-fn fault(topic: &str, p: u32, o: u64, what: String, expected: String, found: String) -> Mismatch {
-    Mismatch {
-        topic: topic.to_owned(),
-        partition: p,
-        offset: o,
-        what,
-        expected,
-        found,
-    }
-}
 
 /// The first field of a record line that its own bytes contradict.
 pub fn metadata_fault(
@@ -94,8 +83,8 @@ impl RunSteps {
                 p,
                 o,
                 format!("run {run} step {step} appears twice"),
-                "each step once".into(),
-                "a second line".into(),
+                "each step once",
+                "a second line",
             ));
         }
     }
@@ -145,7 +134,7 @@ impl<'k> SignedRoots<'k> {
             let (Some(note), Some(topic)) = (&cp.note, cp.topic()) else {
                 continue;
             };
-            let here = |what: String, found: String| {
+            let here = |what: &str, found: String| {
                 fault(
                     &cp.topic,
                     cp.partition,
@@ -160,10 +149,10 @@ impl<'k> SignedRoots<'k> {
                 .map_err(|e| e.to_string())
                 .and_then(|t| CheckpointBody::parse(t).map_err(|e| e.to_string()));
             match body {
-                Err(e) => s.faults.push(here("signature".into(), e)),
+                Err(e) => s.faults.push(here("signature", e)),
                 Ok(b) if b.origin != origin(key.name(), topic, cp.partition) || b.size != cp.to => {
                     s.faults.push(here(
-                        "origin and size".into(),
+                        "origin and size",
                         format!("{} at {}", b.origin, b.size),
                     ))
                 }
@@ -199,7 +188,7 @@ impl<'k> SignedRoots<'k> {
         let inc = &line["inclusion"];
         let (Some(size), Some(index)) = (inc["tree_size"].as_u64(), inc["leaf_index"].as_u64())
         else {
-            return bad("record is not proven", "no inclusion proof".into());
+            return bad("record is not proven", "no inclusion proof".to_owned());
         };
         if index != o {
             return bad(
@@ -225,7 +214,7 @@ impl<'k> SignedRoots<'k> {
         let Some(hashes) = hashes else {
             return bad(
                 "inclusion proof",
-                "hashes that are not base64 SHA-256".into(),
+                "hashes that are not base64 SHA-256".to_owned(),
             );
         };
         match verify_inclusion(&leaf_hash(payload), index, size, &hashes, root) {

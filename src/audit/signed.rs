@@ -12,7 +12,7 @@
 use super::checkpoint::{self, CHAINED_TOPICS};
 use super::merkle::{Frontier, Hash};
 use super::note::{origin, CheckpointBody, VerifierKey};
-use super::verify::Mismatch;
+use super::verify::{mismatch as bad, Mismatch};
 use crate::error::Result;
 use crate::log::{Log, Topic};
 use base64::engine::general_purpose::STANDARD as B64;
@@ -29,24 +29,6 @@ pub struct SignedSummary {
     pub signed_checkpoints: u64,
     /// Records under a signed checkpoint whose root matched.
     pub attested: u64,
-}
-
-fn bad(
-    topic: &str,
-    partition: u32,
-    offset: u64,
-    what: String,
-    expected: String,
-    found: String,
-) -> Mismatch {
-    Mismatch {
-        topic: topic.to_owned(),
-        partition,
-        offset,
-        what,
-        expected,
-        found,
-    }
 }
 
 /// A signed size of a partition: its root and where its checkpoint is.
@@ -92,7 +74,7 @@ pub fn verify_signed(log: &dyn Log, key: &VerifierKey) -> Result<(SignedSummary,
         let body = match CheckpointBody::parse(text) {
             Ok(b) => b,
             Err(e) => {
-                mismatches.push(here("note", "a tlog-checkpoint".into(), e.to_string()));
+                mismatches.push(here("note", "a tlog-checkpoint".to_owned(), e.to_string()));
                 continue;
             }
         };
@@ -184,8 +166,8 @@ pub fn verify_signed(log: &dyn Log, key: &VerifierKey) -> Result<(SignedSummary,
                 0,
                 s.at,
                 format!("signed checkpoint of {topic}/{p} at size {size}"),
-                "a partition the log has".into(),
-                "none".into(),
+                "a partition the log has",
+                "none",
             ));
         }
     }
@@ -248,8 +230,8 @@ fn check_partition(
                 p,
                 attested_to,
                 format!("records [{attested_to}, {end}) under a signed checkpoint"),
-                "a checkpoint signed by the ledger's key".into(),
-                "none (the operator runs `agentledger checkpoint`; `serve` signs within its interval)".into(),
+                "a checkpoint signed by the ledger's key",
+                "none (the operator runs `agentledger checkpoint`; `serve` signs within its interval)",
             )),
         ));
     }

@@ -53,11 +53,11 @@ impl VerifyReport {
     }
 }
 
-fn mismatch(
+pub(crate) fn mismatch(
     topic: &str,
     partition: u32,
     offset: u64,
-    what: &str,
+    what: impl Into<String>,
     expected: impl Into<String>,
     found: impl Into<String>,
 ) -> Mismatch {
@@ -65,7 +65,7 @@ fn mismatch(
         topic: topic.to_string(),
         partition,
         offset,
-        what: what.to_string(),
+        what: what.into(),
         expected: expected.into(),
         found: found.into(),
     }
