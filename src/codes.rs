@@ -116,6 +116,9 @@ codes! {
     ContentStoreError = "content_store_error",
     InternalError = "internal_error",
     // The network face.
+    /// No such resource (a tile not held yet, a log without a signed
+    /// checkpoint): HTTP 404.
+    NotFound = "not_found",
     /// More requests at once than the server answers; retry after a
     /// moment (HTTP 503 with `Retry-After`).
     Overloaded = "overloaded",

@@ -63,6 +63,9 @@ pub enum LedgerError {
         partition: u32,
         offset: u64,
     },
+    /// The Merkle tiles (derived data) cannot be read or written.
+    #[error(transparent)]
+    Tiles(#[from] crate::audit::tiles::TileError),
     /// The listener's certificate or key cannot be used.
     #[error(transparent)]
     Tls(#[from] crate::server::tls::TlsError),
@@ -119,7 +122,7 @@ impl LedgerError {
             LedgerError::Refused(r) => r.code,
             LedgerError::Log(_) => Code::LogError,
             LedgerError::Codec(_) => Code::CorruptRecord,
-            LedgerError::Views(_) => Code::ViewError,
+            LedgerError::Views(_) | LedgerError::Tiles(_) => Code::ViewError,
             LedgerError::Store(_) => Code::ContentStoreError,
             LedgerError::DataDirInUse(_) => Code::DataDirInUse,
             LedgerError::Io { .. } | LedgerError::Tls(_) => Code::IoError,

@@ -472,6 +472,7 @@ fn export(
     let mut out = Vec::new();
     crate::audit::export::write_export(
         engine.log().as_ref(),
+        engine.views().tiles(),
         what,
         &steps,
         &checkpoints,

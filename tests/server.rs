@@ -6,123 +6,13 @@
 mod common;
 
 use common::contract;
+use common::server::{base_args, bearer, http, start, start_with_env, SESSIONS};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-struct Server {
-    child: Child,
-    url: String,
-    stderr: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn base_args(data: &Path, kafka: Option<&(String, String)>) -> Vec<String> {
-    let mut a = vec!["--data".to_string(), data.display().to_string()];
-    if let Some((brokers, prefix)) = kafka {
-        a.extend([
-            "--kafka".into(),
-            brokers.clone(),
-            "--topic-prefix".into(),
-            prefix.clone(),
-        ]);
-    }
-    a
-}
-
-/// Start a server on any port and wait until it says where it listens.
-/// The child is killed and reaped when the returned `Server` is dropped.
-fn start(data: &Path, kafka: Option<&(String, String)>, extra: &[&str]) -> Server {
-    start_with_env(data, kafka, extra, &[])
-}
-
-/// [`start`] with variables set in the server's environment.
-#[allow(clippy::zombie_processes)]
-fn start_with_env(
-    data: &Path,
-    kafka: Option<&(String, String)>,
-    extra: &[&str],
-    env: &[(&str, &str)],
-) -> Server {
-    let stderr = data.with_extension(format!("serve-{}.err", std::process::id()));
-    let mut c = Command::new(env!("CARGO_BIN_EXE_agentledger"));
-    c.envs(env.iter().copied())
-        .args(base_args(data, kafka))
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .args(if extra.contains(&"--poll-ms") {
-            &[][..]
-        } else {
-            &["--poll-ms", "50"][..]
-        })
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap());
-    let mut child = c.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let text = std::fs::read_to_string(&stderr).unwrap_or_default();
-        if let Some(url) = text
-            .lines()
-            .find_map(|l| l.strip_prefix("agentledger: listening on "))
-        {
-            let url = url.trim().to_string();
-            assert_eq!(
-                std::fs::read_to_string(data.join("serve.addr"))
-                    .unwrap()
-                    .trim(),
-                url
-            );
-            let token = std::fs::read_to_string(data.join("serve.token")).unwrap();
-            SESSIONS
-                .lock()
-                .unwrap()
-                .insert(url.clone(), token.trim().to_string());
-            return Server { child, url, stderr };
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("serve did not listen: {text}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The session token (the operator's credential) of each server started,
-/// by its URL.
-static SESSIONS: std::sync::Mutex<std::collections::BTreeMap<String, String>> =
-    std::sync::Mutex::new(std::collections::BTreeMap::new());
-
-/// The operator's `Authorization` header for the server at `url`.
-fn bearer(url: &str) -> String {
-    let base = url
-        .split("/v1/")
-        .next()
-        .unwrap()
-        .replace("wss://", "https://")
-        .replace("ws://", "http://");
-    format!("Bearer {}", SESSIONS.lock().unwrap()[&base])
-}
-
-/// A client that shows the operator's token of the server at `url`.
-fn http(url: &str) -> reqwest::blocking::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert("authorization", bearer(url).parse().unwrap());
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .default_headers(headers)
-        .build()
-        .unwrap()
-}
 
 /// A WebSocket request to `ws_url` showing the operator's token.
 fn ws_request(ws_url: &str) -> tungstenite::handshake::client::Request {

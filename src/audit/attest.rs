@@ -3,7 +3,6 @@
 //! (how far each partition is attested, and its head).
 
 use super::checkpoint::Checkpoint;
-use super::merkle::Frontier;
 use super::note::{origin, CheckpointBody, SignerKey};
 use super::recent::RecentDigests;
 use crate::error::Result;
@@ -20,14 +19,6 @@ pub struct Attestation {
     /// forward, so it is a floor: while fewer records than an interval lie
     /// past it, no checkpoint is due and the mark need not be read again.
     mark_floor: HashMap<(Topic, u32), u64>,
-    /// The Merkle tree's right edge per partition, as far as this engine
-    /// signed; rebuilt from the log when a checkpoint starts elsewhere.
-    frontiers: HashMap<(Topic, u32), Frontier>,
-}
-
-/// Push the leaf hashes of the partition's records up to `to`.
-fn extend(log: &dyn Log, topic: Topic, p: u32, to: u64, f: &mut Frontier) -> Result<()> {
-    super::checkpoint::leaf_hashes(log, topic, p, f.size(), to, &mut |h| f.push(h))
 }
 
 /// Who writes the checkpoints, when, and with which key they are signed.
@@ -89,7 +80,7 @@ impl Attestation {
                     None => checkpoint::build(log, span, now_ms, writer)?,
                 };
                 if let Some(key) = signer {
-                    cp.note = Some(self.sign(log, topic, p, span.from, to, key)?);
+                    cp.note = Some(sign(log, views, topic, p, to, key)?);
                 }
                 let placed = checkpoint::append(log, std::slice::from_ref(&cp))?;
                 // Fold our own checkpoint in from what we hold when
@@ -116,37 +107,30 @@ impl Attestation {
     }
 }
 
-impl Attestation {
-    /// The signed note of the partition's tree over `[0, to)`, extending
-    /// the edge kept from `from` (rebuilt from the log when it is not
-    /// there).
-    fn sign(
-        &mut self,
-        log: &dyn Log,
-        topic: Topic,
-        p: u32,
-        from: u64,
-        to: u64,
-        key: &SignerKey,
-    ) -> Result<String> {
-        let f = self.frontiers.entry((topic, p)).or_default();
-        if f.size() != from {
-            *f = Frontier::new();
-        }
-        extend(log, topic, p, to, f)?;
-        let body = CheckpointBody {
-            origin: origin(key.name(), topic, p),
-            size: to,
-            root: f.root(),
-        };
-        key.sign(&body.text()).map_err(|e| {
-            crate::error::LedgerError::Internal(if e == super::note::NoteError::Malformed {
-                "a checkpoint body without its final newline"
-            } else {
-                "signing a checkpoint"
-            })
+/// The signed note of the partition's tree over `[0, to)`, from its tiles
+/// (brought up to `to` from the log first, so they are ready to serve).
+fn sign(
+    log: &dyn Log,
+    views: &Views,
+    topic: Topic,
+    p: u32,
+    to: u64,
+    key: &SignerKey,
+) -> Result<String> {
+    let tiles = views.tiles();
+    tiles.sync(log, topic, p, to)?;
+    let body = CheckpointBody {
+        origin: origin(key.name(), topic, p),
+        size: to,
+        root: super::merkle::root(&tiles.nodes(topic, p), to)?,
+    };
+    key.sign(&body.text()).map_err(|e| {
+        crate::error::LedgerError::Internal(if e == super::note::NoteError::Malformed {
+            "a checkpoint body without its final newline"
+        } else {
+            "signing a checkpoint"
         })
-    }
+    })
 }
 
 /// Follow the checkpoints topic: each partition's mark is the furthest
@@ -191,6 +175,12 @@ pub(crate) fn fold_checkpoint(txn: &mut crate::views::ViewTxn<'_>, cp: &Checkpoi
         });
     if cp.from == mark.to && cp.to > mark.to && cp.prev_head == hex::encode(mark.head) {
         txn.put(key, &crate::views::CheckpointMark { to: cp.to, head });
+        if let Some(note) = &cp.note {
+            txn.put(
+                crate::views::keys::checkpoint_note(topic, cp.partition),
+                note,
+            );
+        }
     }
     Ok(())
 }

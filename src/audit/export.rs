@@ -6,7 +6,7 @@
 //! auditor with the verifier key needs nothing from the ledger's operator.
 
 use super::checkpoint::Checkpoint;
-use super::merkle::MemoryTree;
+use super::tiles::TileStore;
 use crate::codec;
 use crate::error::Result;
 use crate::log::{Log, Topic};
@@ -21,6 +21,7 @@ use std::io::Write;
 /// as of a point) with the checkpoints in `checkpoints` that cover them.
 pub fn write_export(
     log: &dyn Log,
+    tiles: &TileStore,
     what: serde_json::Value,
     steps: &[(String, TrailStep)],
     checkpoints: &[Checkpoint],
@@ -41,11 +42,11 @@ pub fn write_export(
             *r = (*r).max(cp.to);
         }
     }
-    let mut trees: BTreeMap<u32, MemoryTree> = BTreeMap::new();
+    // Proofs from the tiles: a few reads each, whatever the partition's
+    // size. Derived data is fine here: the auditor checks every proof
+    // against the signed root.
     for (&p, &to) in &reach {
-        let mut t = MemoryTree::new();
-        super::checkpoint::leaf_hashes(log, Topic::Ledger, p, 0, to, &mut |h| t.push(h))?;
-        trees.insert(p, t);
+        tiles.sync(log, Topic::Ledger, p, to)?;
     }
     let mut used: Vec<&Checkpoint> = Vec::new();
     for (run, s) in steps {
@@ -63,8 +64,10 @@ pub fn write_export(
                "run": run, "step": s.step, "kind": rec.event.kind(), "event_id": rec.event_id,
                "digest": digest, "record_b64": B64.encode(&raw.payload)});
         let signed = covering(s).filter(|c| c.note.is_some());
-        if let (Some(cp), Some(tree)) = (signed, trees.get(&s.partition)) {
-            let proof = tree.inclusion(s.offset, cp.to).unwrap_or_default();
+        if let Some(cp) = signed {
+            let nodes = tiles.nodes(Topic::Ledger, s.partition);
+            let proof =
+                super::merkle::inclusion_proof(&nodes, s.offset, cp.to)?.unwrap_or_default();
             line["inclusion"] = json!({"tree_size": cp.to, "leaf_index": s.offset,
                 "hashes": proof.iter().map(|h| B64.encode(h)).collect::<Vec<_>>()});
         }

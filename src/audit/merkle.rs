@@ -275,14 +275,24 @@ impl Frontier {
     }
 
     pub fn push(&mut self, leaf: Hash) {
+        self.push_seeing(leaf, &mut |_, _, _| {});
+    }
+
+    /// Push a leaf, showing `seen` every complete subtree it makes as
+    /// `(level, index, hash)`, the leaf itself first.
+    pub fn push_seeing(&mut self, leaf: Hash, seen: &mut dyn FnMut(u8, u64, &Hash)) {
+        let index = self.size;
         self.size += 1;
+        seen(0, index, &leaf);
         self.edge.push((0, leaf));
         while let [.., (l1, left), (l2, right)] = self.edge[..] {
             if l1 != l2 {
                 break;
             }
             self.edge.truncate(self.edge.len() - 2);
-            self.edge.push((l1 + 1, node_hash(&left, &right)));
+            let up = node_hash(&left, &right);
+            seen(l1 + 1, index >> (l1 + 1), &up);
+            self.edge.push((l1 + 1, up));
         }
     }
 
@@ -296,6 +306,119 @@ impl Frontier {
             r = node_hash(left, &r);
         }
         r
+    }
+}
+
+/// The nodes one set of proofs needs, gathered while the leaves stream by:
+/// memory for those nodes and the frontier, not for the tree (a proof in
+/// a partition of 10M records from its records, without tiles).
+pub struct Gathering {
+    frontier: Frontier,
+    wanted: std::collections::HashMap<(u8, u64), Option<Hash>>,
+}
+
+/// Records which nodes a proof asks for (a proof's shape does not depend
+/// on the hashes).
+#[derive(Default)]
+struct Asked(std::cell::RefCell<Vec<(u8, u64)>>);
+
+impl Nodes for Asked {
+    type Error = std::convert::Infallible;
+    fn node(&self, level: u8, index: u64) -> Result<Hash, Self::Error> {
+        self.0.borrow_mut().push((level, index));
+        Ok([0; 32])
+    }
+}
+
+/// What a [`Gathering`] is to prove, in a tree of `size` leaves.
+#[derive(Debug, Clone, Copy)]
+pub enum Wanted {
+    Root { size: u64 },
+    Inclusion { index: u64, size: u64 },
+    Consistency { old: u64, size: u64 },
+}
+
+impl Gathering {
+    pub fn new(wants: &[Wanted]) -> Self {
+        let asked = Asked::default();
+        for w in wants {
+            match *w {
+                Wanted::Root { size } => {
+                    let _ = root(&asked, size);
+                }
+                Wanted::Inclusion { index, size } => {
+                    let _ = inclusion_proof(&asked, index, size);
+                }
+                Wanted::Consistency { old, size } => {
+                    let _ = root(&asked, old);
+                    let _ = consistency_proof(&asked, old, size);
+                }
+            }
+            let _ = root(&asked, w.size());
+        }
+        let wanted = asked
+            .0
+            .into_inner()
+            .into_iter()
+            .map(|k| (k, None))
+            .collect();
+        Self {
+            frontier: Frontier::new(),
+            wanted,
+        }
+    }
+
+    pub fn size(&self) -> u64 {
+        self.frontier.size()
+    }
+
+    pub fn push(&mut self, leaf: Hash) {
+        let wanted = &mut self.wanted;
+        self.frontier.push_seeing(leaf, &mut |level, index, h| {
+            if let Some(slot) = wanted.get_mut(&(level, index)) {
+                *slot = Some(*h);
+            }
+        });
+    }
+
+    /// The root of the first `size` leaves (wanted, and pushed).
+    pub fn root_at(&self, size: u64) -> Option<Hash> {
+        root(self, size).ok()
+    }
+
+    /// The inclusion proof (wanted, and its leaves pushed).
+    pub fn inclusion(&self, index: u64, size: u64) -> Option<Vec<Hash>> {
+        inclusion_proof(self, index, size).ok().flatten()
+    }
+
+    /// The consistency proof (wanted, and its leaves pushed).
+    pub fn consistency(&self, old: u64, size: u64) -> Option<Vec<Hash>> {
+        consistency_proof(self, old, size).ok().flatten()
+    }
+}
+
+impl Wanted {
+    fn size(&self) -> u64 {
+        match *self {
+            Wanted::Root { size }
+            | Wanted::Inclusion { size, .. }
+            | Wanted::Consistency { size, .. } => size,
+        }
+    }
+}
+
+/// A node a [`Gathering`] was not set up for, or has not seen yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotGathered;
+
+impl Nodes for Gathering {
+    type Error = NotGathered;
+    fn node(&self, level: u8, index: u64) -> Result<Hash, NotGathered> {
+        self.wanted
+            .get(&(level, index))
+            .copied()
+            .flatten()
+            .ok_or(NotGathered)
     }
 }
 
@@ -437,6 +560,26 @@ mod tests {
             }
         }
         assert_eq!(inclusion_proof(&t, 5, 5).unwrap(), None);
+        // Gathered while streaming, the same proofs.
+        let wants = [
+            Wanted::Inclusion {
+                index: 20,
+                size: 37,
+            },
+            Wanted::Consistency { old: 13, size: 37 },
+            Wanted::Root { size: 29 },
+        ];
+        let mut g = Gathering::new(&wants);
+        for i in 0..37u64 {
+            g.push(leaf_hash(&i.to_be_bytes()));
+        }
+        assert_eq!(g.inclusion(20, 37), t.inclusion(20, 37));
+        assert_eq!(g.consistency(13, 37), t.consistency(13, 37));
+        assert_eq!(g.root_at(13), Some(t.root_at(13)));
+        assert_eq!(g.root_at(29), Some(t.root_at(29)));
+        assert_eq!(g.root_at(37), Some(t.root_at(37)));
+        assert_eq!(g.inclusion(3, 37), None, "not asked for");
+        assert!(g.wanted.len() < 30);
         assert_eq!(consistency_proof(&t, 0, 5).unwrap(), None);
     }
 }

@@ -7,9 +7,11 @@
 //! with nothing but the file.
 //!
 //! What this proves: the records are the ones the checkpoints attested, in
-//! the attested order, none dropped, swapped, altered or cut. It does not
-//! sign checkpoints: someone who can rewrite both the log and the
-//! checkpoints can forge both (ship checkpoint heads elsewhere to close that).
+//! the attested order, none dropped, swapped, altered or cut. Against
+//! whoever can rewrite both the log and the checkpoints, a checkpoint key
+//! signs each partition's RFC 9162 Merkle tree (`merkle`, `note`,
+//! `signed`); the tree is kept as tiles (`tiles`) for fast proofs, and
+//! exports carry inclusion proofs (`export`, `export_proof`).
 
 pub mod attest;
 pub mod checkpoint;
@@ -20,6 +22,7 @@ pub mod merkle;
 pub mod note;
 pub mod recent;
 pub mod signed;
+pub mod tiles;
 pub mod verify;
 
 pub use checkpoint::{Checkpoint, CHECKPOINT_INTERVAL};

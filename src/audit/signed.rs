@@ -256,7 +256,7 @@ pub struct Since {
 /// by a consistency proof computed from the log and checked as RFC 9162
 /// §2.1.4.2 says, and must itself match the log.
 pub fn verify_since(log: &dyn Log, key: &VerifierKey, old_note: &str) -> Result<Since> {
-    use super::merkle::{verify_consistency, MemoryTree};
+    use super::merkle::{verify_consistency, Gathering, Wanted};
     let refuse = |why: String| {
         crate::error::LedgerError::Refused(crate::error::Refusal::new(
             crate::codes::Code::InvalidRequest,
@@ -318,9 +318,14 @@ pub fn verify_since(log: &dyn Log, key: &VerifierKey, old_note: &str) -> Result<
         ));
         return Ok(since);
     }
-    let mut tree = MemoryTree::new();
+    // From the records themselves (not the tiles, which are derived data):
+    // the new root and the proof, in one pass and memory O(log n).
+    let mut tree = Gathering::new(&[Wanted::Consistency {
+        old: old.size,
+        size: new.size,
+    }]);
     checkpoint::leaf_hashes(log, topic, p, 0, new.size, &mut |h| tree.push(h))?;
-    if tree.root_at(new.size) != new.root {
+    if tree.root_at(new.size) != Some(new.root) {
         since.fault = Some(format!(
             "the log's records [0, {}) do not have the root signed for them",
             new.size

@@ -11,7 +11,7 @@ use crate::apply::parse_line;
 use crate::auth::{authorize, jwt, tokens, Action, Facts};
 use crate::codes::Code;
 use crate::protocol::{Failure, Reply};
-use crate::queries::{self, Query, Said};
+use crate::queries::{self, Query};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
@@ -65,7 +65,7 @@ impl Default for HttpOptions {
 
 #[derive(Clone)]
 pub struct AppState {
-    ledger: LedgerHandle,
+    pub(super) ledger: LedgerHandle,
     /// SHA-256 of this server's session token: whoever shows it is the
     /// operator (it is written into the data dir, readable only by the
     /// data dir's owner).
@@ -113,6 +113,17 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tokens", get(tokens_list))
         .route("/v1/export", get(export))
         .route("/v1/verify", get(verify))
+        .route("/v1/log", get(super::tlog::logs))
+        .route(
+            "/v1/log/{topic}/{partition}/checkpoint",
+            get(super::tlog::checkpoint),
+        )
+        .route(
+            "/v1/log/{topic}/{partition}/tile/{*path}",
+            get(super::tlog::tile),
+        )
+        .route("/checkpoint", get(super::tlog::first_checkpoint))
+        .route("/tile/{*path}", get(super::tlog::first_tile))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
@@ -141,6 +152,7 @@ pub fn status_of(code: Code) -> StatusCode {
         Timeout => StatusCode::GATEWAY_TIMEOUT,
         Unauthenticated => StatusCode::UNAUTHORIZED,
         Forbidden => StatusCode::FORBIDDEN,
+        NotFound => StatusCode::NOT_FOUND,
         CorruptRecord | ViewError | ContentStoreError | InternalError | SchemaUnavailable => {
             StatusCode::INTERNAL_SERVER_ERROR
         }
@@ -157,7 +169,7 @@ fn json_response(status: StatusCode, body: String) -> Response {
     r
 }
 
-fn failure_response(f: Failure) -> Response {
+pub(super) fn failure_response(f: Failure) -> Response {
     let status = status_of(f.error.code);
     let retry = matches!(f.error.code, Code::Overloaded | Code::ShuttingDown);
     let challenge = f.error.code == Code::Unauthenticated;
@@ -182,7 +194,7 @@ fn failure_response(f: Failure) -> Response {
 /// Who a request comes from, by its `Authorization: Bearer` header: the
 /// operator when it shows the session token, else a token the ledger
 /// thread looks up. No header, or not a bearer one: 401.
-fn caller(s: &AppState, asked: &Asked) -> Result<Caller, Failure> {
+pub(super) fn caller(s: &AppState, asked: &Asked) -> Result<Caller, Failure> {
     let value = asked
         .get(header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or(""));
@@ -477,9 +489,6 @@ async fn ask(
 /// A read, in one job of the ledger thread: the caller's token checked
 /// and its grant held to the policy, then the question answered.
 async fn ask_inner(s: &AppState, caller: Caller, q: Query, params: &ReadParams) -> Response {
-    let Ok(_slot) = s.slots.clone().try_acquire_owned() else {
-        return overloaded(s.opts.max_in_flight);
-    };
     let json = match params.format.as_deref() {
         None | Some("json") => Ok(true),
         Some("text") => Ok(false),
@@ -488,19 +497,15 @@ async fn ask_inner(s: &AppState, caller: Caller, q: Query, params: &ReadParams) 
             format!("format {other:?} is not json or text"),
         )),
     };
-    let call = s.ledger.call(move |engine| -> Result<Said, Failure> {
-        let grant = grant_of(engine, &caller)?;
-        authorize(&grant, Action::Read, &Facts::default())
-            .map_err(|f| Failure::new(Code::Forbidden, f.to_string()))?;
+    let said = read_job(s, caller, move |engine| {
         // Who may not ask learns nothing, not even that the format is wrong.
         let json = json?;
         queries::answer(engine, &q, json).map_err(|e| Failure::new(e.code(), e.to_string()))
-    });
-    let said: Said = match tokio::time::timeout(s.opts.timeout, call).await {
-        Ok(Ok(Ok(said))) => said,
-        Ok(Ok(Err(f))) => return failure_response(f),
-        Ok(Err(Gone)) => return gone(),
-        Err(_) => return timed_out(s.opts.timeout),
+    })
+    .await;
+    let said = match said {
+        Ok(said) => said,
+        Err(r) => return r,
     };
     let json = params.format.as_deref() != Some("text");
     let exit = HeaderValue::from(said.exit_code());
@@ -520,6 +525,31 @@ async fn ask_inner(s: &AppState, caller: Caller, q: Query, params: &ReadParams) 
     };
     r.headers_mut().insert(EXIT_HEADER, exit);
     r
+}
+
+/// Run `f` for a reader in one job of the ledger thread: the caller's
+/// token checked and its grant held to the policy first, within a slot
+/// and the timeout.
+pub(super) async fn read_job<T: Send + 'static>(
+    s: &AppState,
+    caller: Caller,
+    f: impl FnOnce(&mut crate::engine::Engine) -> Result<T, Failure> + Send + 'static,
+) -> Result<T, Response> {
+    let Ok(_slot) = s.slots.clone().try_acquire_owned() else {
+        return Err(overloaded(s.opts.max_in_flight));
+    };
+    let call = s.ledger.call(move |engine| -> Result<T, Failure> {
+        let grant = grant_of(engine, &caller)?;
+        authorize(&grant, Action::Read, &Facts::default())
+            .map_err(|f| Failure::new(Code::Forbidden, f.to_string()))?;
+        f(engine)
+    });
+    match tokio::time::timeout(s.opts.timeout, call).await {
+        Ok(Ok(Ok(t))) => Ok(t),
+        Ok(Ok(Err(f))) => Err(failure_response(f)),
+        Ok(Err(Gone)) => Err(gone()),
+        Err(_) => Err(timed_out(s.opts.timeout)),
+    }
 }
 
 async fn trail(

@@ -8,6 +8,7 @@ pub mod events;
 pub mod http;
 pub mod ledger;
 pub mod metrics;
+pub mod tlog;
 pub mod tls;
 
 use crate::engine::Engine;

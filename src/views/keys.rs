@@ -18,9 +18,10 @@ pub const CHECKPOINTED: u8 = b'x';
 pub const CONTENT_REF: u8 = b'b';
 pub const TOKEN: u8 = b'n';
 pub const TOKEN_ID: u8 = b'i';
+pub const CHECKPOINT_NOTE: u8 = b'y';
 pub const FORMAT: u8 = b'_';
 
-pub const ALL_PREFIXES: [(u8, &str); 14] = [
+pub const ALL_PREFIXES: [(u8, &str); 15] = [
     (OFFSET, "offsets"),
     (AGENT, "agents"),
     (VERSION, "versions"),
@@ -32,6 +33,7 @@ pub const ALL_PREFIXES: [(u8, &str); 14] = [
     (CURSOR, "dispatch_cursors"),
     (TASK, "tasks"),
     (CHECKPOINTED, "checkpoint_marks"),
+    (CHECKPOINT_NOTE, "checkpoint_notes"),
     (CONTENT_REF, "content_refs"),
     (TOKEN, "tokens"),
     (TOKEN_ID, "token_ids"),
@@ -106,6 +108,13 @@ pub fn finished_offset(key: &[u8]) -> u64 {
 }
 pub fn checkpointed(topic: Topic, partition: u32) -> Vec<u8> {
     with(CHECKPOINTED, &[&[topic.index()], &partition.to_be_bytes()])
+}
+/// The signed note of a partition's furthest checkpoint.
+pub fn checkpoint_note(topic: Topic, partition: u32) -> Vec<u8> {
+    with(
+        CHECKPOINT_NOTE,
+        &[&[topic.index()], &partition.to_be_bytes()],
+    )
 }
 pub fn task(task: &str) -> Vec<u8> {
     with(TASK, &[task.as_bytes()])

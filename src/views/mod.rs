@@ -56,6 +56,8 @@ pub const NEVER: u64 = u64::MAX;
 pub struct Views {
     db: sled::Db,
     tree: sled::Tree,
+    /// The partitions' Merkle tiles (see `audit::tiles`), beside the views.
+    tiles: crate::audit::tiles::TileStore,
     /// Committed changes not yet in sled (see `behind`).
     behind: WriteBehind,
 }
@@ -130,11 +132,18 @@ impl Views {
                 want: VIEWS_FORMAT,
             });
         }
+        let tiles = crate::audit::tiles::TileStore::new(db.open_tree("tiles")?);
         Ok(Self {
             db,
             behind: WriteBehind::new(tree.clone()),
             tree,
+            tiles,
         })
+    }
+
+    /// The Merkle tiles kept beside the views.
+    pub fn tiles(&self) -> &crate::audit::tiles::TileStore {
+        &self.tiles
     }
 
     pub fn set_flush_policy(&mut self, policy: FlushPolicy) {
@@ -272,6 +281,15 @@ impl Views {
     }
 
     /// How far a partition's checkpoints reach (R16).
+    /// The signed note of the partition's furthest signed checkpoint.
+    pub fn checkpoint_note(
+        &self,
+        topic: Topic,
+        partition: u32,
+    ) -> Result<Option<String>, ViewError> {
+        self.get_typed(&keys::checkpoint_note(topic, partition))
+    }
+
     pub fn checkpoint_mark(
         &self,
         topic: Topic,

@@ -7,6 +7,7 @@
 pub mod contract;
 pub mod frames;
 pub mod mem;
+pub mod server;
 pub mod tls;
 pub mod wire;
 

@@ -196,6 +196,7 @@ fn build_seeds() -> Seeds {
         let mut out = Vec::new();
         agentledger::audit::export::write_export(
             engine.log().as_ref(),
+            engine.views().tiles(),
             json!({"chain": "r1"}),
             &steps,
             &cps,

@@ -1,0 +1,187 @@
+//! The ledger as transparency logs: each chained partition is a log in
+//! the C2SP tlog-tiles sense, under `/v1/log/<topic>/<partition>/` —
+//! `checkpoint` (the latest signed note, `text/plain`) and `tile/<L>/<N>`
+//! or `tile/<L>/<N>.p/<W>` (hashes, `application/octet-stream`) — so
+//! existing tlog clients and witnesses can follow it. `/checkpoint` and
+//! `/tile/…` at the root are those of `ledger/0`, the whole ledger when it
+//! has one partition (the embedded default). `GET /v1/log` lists the logs.
+//!
+//! Tiles are immutable once full; a partial tile is the prefix of the full
+//! one it becomes, so responses can be cached by anyone. Data tiles
+//! (`tile/entries/…`) are not served: a record can exceed the 64 KiB an
+//! entry bundle allows; `export` carries records with their proofs.
+
+use super::http::{caller, failure_response, read_job, AppState, Asked};
+use crate::audit::checkpoint::CHAINED_TOPICS;
+use crate::audit::tiles::parse_tile_path;
+use crate::codes::Code;
+use crate::log::Topic;
+use crate::protocol::Failure;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+fn not_found(what: String) -> Failure {
+    Failure::new(Code::NotFound, what)
+}
+
+fn chained(
+    topic: &str,
+    partition: u32,
+    partitions: impl Fn(Topic) -> u32,
+) -> Result<Topic, Failure> {
+    CHAINED_TOPICS
+        .into_iter()
+        .find(|t| t.name() == topic && partition < partitions(*t))
+        .ok_or_else(|| {
+            not_found(format!(
+                "no log {topic}/{partition}: logs are the ledger and registry partitions"
+            ))
+        })
+}
+
+/// One response for the route's metrics.
+fn counted(s: &AppState, route: &'static str, r: Response) -> Response {
+    s.ledger.metrics.http(route, r.status().as_u16());
+    r
+}
+
+fn with_type(body: Vec<u8>, kind: &'static str) -> Response {
+    let mut r = (StatusCode::OK, body).into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    r
+}
+
+async fn checkpoint_of(s: &AppState, asked: &Asked, topic: String, partition: u32) -> Response {
+    let c = match caller(s, asked) {
+        Ok(c) => c,
+        Err(f) => return failure_response(f),
+    };
+    let parts = s.ledger.log.clone();
+    let note = read_job(s, c, move |engine| {
+        let t = chained(&topic, partition, |t| parts.partitions(t))?;
+        engine
+            .views()
+            .checkpoint_note(t, partition)
+            .map_err(|e| Failure::new(Code::ViewError, e.to_string()))?
+            .ok_or_else(|| {
+                not_found(format!(
+                    "{topic}/{partition} has no signed checkpoint yet (serve with a checkpoint key)"
+                ))
+            })
+    })
+    .await;
+    match note {
+        Ok(note) => with_type(note.into_bytes(), "text/plain; charset=utf-8"),
+        Err(r) => r,
+    }
+}
+
+async fn tile_of(
+    s: &AppState,
+    asked: &Asked,
+    topic: String,
+    partition: u32,
+    path: String,
+) -> Response {
+    let c = match caller(s, asked) {
+        Ok(c) => c,
+        Err(f) => return failure_response(f),
+    };
+    let parts = s.ledger.log.clone();
+    let bytes = read_job(s, c, move |engine| {
+        let t = chained(&topic, partition, |t| parts.partitions(t))?;
+        let Some((level, index, width)) = parse_tile_path(&path) else {
+            return Err(not_found(format!(
+                "tile/{path} is not a hash tile path (<L>/<N>[.p/<W>], N in 3-digit groups)"
+            )));
+        };
+        engine
+            .views()
+            .tiles()
+            .tile_bytes(t, partition, level, index, width)
+            .map_err(|e| Failure::new(Code::ViewError, e.to_string()))?
+            .ok_or_else(|| {
+                not_found(format!(
+                    "tile/{path} of {topic}/{partition} is not held (yet)"
+                ))
+            })
+    })
+    .await;
+    match bytes {
+        Ok(b) => with_type(b, "application/octet-stream"),
+        Err(r) => r,
+    }
+}
+
+pub async fn checkpoint(
+    State(s): State<AppState>,
+    asked: Asked,
+    Path((topic, partition)): Path<(String, u32)>,
+) -> Response {
+    let r = checkpoint_of(&s, &asked, topic, partition).await;
+    counted(&s, "/v1/log/{topic}/{partition}/checkpoint", r)
+}
+
+pub async fn tile(
+    State(s): State<AppState>,
+    asked: Asked,
+    Path((topic, partition, path)): Path<(String, u32, String)>,
+) -> Response {
+    let r = tile_of(&s, &asked, topic, partition, path).await;
+    counted(&s, "/v1/log/{topic}/{partition}/tile", r)
+}
+
+pub async fn first_checkpoint(State(s): State<AppState>, asked: Asked) -> Response {
+    let r = checkpoint_of(&s, &asked, "ledger".into(), 0).await;
+    counted(&s, "/checkpoint", r)
+}
+
+pub async fn first_tile(
+    State(s): State<AppState>,
+    asked: Asked,
+    Path(path): Path<String>,
+) -> Response {
+    let r = tile_of(&s, &asked, "ledger".into(), 0, path).await;
+    counted(&s, "/tile", r)
+}
+
+/// `GET /v1/log`: every chained partition, its latest signed note (if
+/// any) and where to follow it.
+pub async fn logs(State(s): State<AppState>, asked: Asked) -> Response {
+    let c = match caller(&s, &asked) {
+        Ok(c) => c,
+        Err(f) => return counted(&s, "/v1/log", failure_response(f)),
+    };
+    let log = s.ledger.log.clone();
+    let listed = read_job(&s, c, move |engine| {
+        let mut out = Vec::new();
+        for t in CHAINED_TOPICS {
+            for p in 0..log.partitions(t) {
+                let note = engine
+                    .views()
+                    .checkpoint_note(t, p)
+                    .map_err(|e| Failure::new(Code::ViewError, e.to_string()))?;
+                let body = note.as_deref().and_then(|n| {
+                    let text = &n[..n.find("\n\n").map_or(n.len(), |i| i + 1)];
+                    crate::audit::note::CheckpointBody::parse(text).ok()
+                });
+                out.push(serde_json::json!({
+                    "topic": t.name(),
+                    "partition": p,
+                    "origin": body.as_ref().map(|b| b.origin.clone()),
+                    "size": body.as_ref().map(|b| b.size),
+                    "prefix": format!("/v1/log/{}/{p}/", t.name()),
+                }));
+            }
+        }
+        Ok(serde_json::Value::Array(out).to_string())
+    })
+    .await;
+    let r = match listed {
+        Ok(body) => with_type(body.into_bytes(), "application/json"),
+        Err(r) => r,
+    };
+    counted(&s, "/v1/log", r)
+}
