@@ -66,6 +66,14 @@ pub fn rebuild_views(dd: &DataDir, log: &dyn Log, progress: &dyn Fn(u64)) -> Res
     let (records, digest) = {
         let views = Views::open(&fresh)?;
         let records = project_all(log, &views, progress)?;
+        // The Merkle tiles are derived data too: as far as checkpoints go,
+        // so a server can serve them at once.
+        for t in crate::audit::checkpoint::CHAINED_TOPICS {
+            for p in 0..log.partitions(t) {
+                let to = views.checkpoint_mark(t, p)?.to;
+                views.tiles().sync(log, t, p, to)?;
+            }
+        }
         views.flush()?;
         (records, views.digest()?)
     };

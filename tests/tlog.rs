@@ -207,3 +207,26 @@ fn the_ledger_serves_its_signed_checkpoints_and_tiles_for_tlog_clients() {
     assert_eq!(logs[1]["prefix"], "/v1/log/ledger/0/");
     assert!(logs[0]["size"].as_u64().unwrap() >= 1, "{logs:?}");
 }
+
+#[test]
+fn tiles_are_rebuilt_with_the_views_and_served_at_once() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let (s, _) = serving(40, d.path());
+    let c = http(&s.url);
+    let (note, size, root) = checkpoint_reaching(&c, &format!("{}/checkpoint", s.url), 40);
+    drop(s);
+    // The views (tiles with them) are rebuilt from the log alone.
+    let (code, _, err) = common::cli(&data, &["rebuild"]);
+    assert_eq!(code, 0, "{err}");
+    let s = start(&data, None, &["--ledger-partitions", "1"]);
+    let c = http(&s.url);
+    let r = c.get(format!("{}/checkpoint", s.url)).send().unwrap();
+    assert_eq!(r.text().unwrap(), note);
+    let r = c
+        .get(format!("{}/tile/0/000.p/{size}", s.url))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(mth(&hashes(&r.bytes().unwrap())), root);
+}
