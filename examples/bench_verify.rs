@@ -160,7 +160,11 @@ fn main() {
         let vs = t.elapsed().as_secs_f64();
         assert!(report.clean(), "{:?}", report.first());
         let t = Instant::now();
-        let (summary, faults) = agentledger::audit::signed::verify_signed(&log, &verifier).unwrap();
+        let (summary, faults) = agentledger::audit::signed::verify_signed(
+            &log,
+            &agentledger::audit::signed::Trust::key_only(verifier.clone()),
+        )
+        .unwrap();
         let ks = vs + t.elapsed().as_secs_f64();
         assert!(faults.is_empty(), "{faults:?}");
         assert_eq!(summary.attested, report.records);

@@ -516,6 +516,18 @@ pub fn verify_said(
                 s.signed_checkpoints,
                 s.attested
             );
+            if let Some(w) = &s.witnessed {
+                line!(
+                    out,
+                    "witnessed ({} of {} witnesses per checkpoint): {} records",
+                    w.required,
+                    w.witnesses.len(),
+                    w.witnessed
+                );
+                for l in &w.logs {
+                    line!(out, "  {} up to {} by {}", l.log, l.size, l.by.join(", "));
+                }
+            }
         }
         for t in torn {
             line!(out, "{t}");
@@ -547,11 +559,11 @@ pub fn verify(
     log: &dyn crate::log::Log,
     json: bool,
     progress: &(dyn Fn(u64) + Sync),
-    key: Option<&crate::audit::note::VerifierKey>,
+    trust: Option<&crate::audit::signed::Trust>,
 ) -> Result<Said, LedgerError> {
     let mut report = crate::audit::verify::verify_log(log, progress)?;
-    if let Some(key) = key {
-        let (summary, mismatches) = crate::audit::signed::verify_signed(log, key)?;
+    if let Some(trust) = trust {
+        let (summary, mismatches) = crate::audit::signed::verify_signed(log, trust)?;
         report.mismatches.extend(mismatches);
         report.signed = Some(summary);
     }

@@ -73,7 +73,10 @@ fn rechain(dir: &Path, seg: &Path, frames: &[(Vec<u8>, Vec<u8>)], signer: Option
     let cps = checkpoints(dir);
     let mut cp_frames = read_frames(&cps);
     let mut prev = agentledger::audit::GENESIS;
-    for (_, body) in cp_frames.iter_mut() {
+    for (key, body) in cp_frames.iter_mut() {
+        if key.starts_with(b"cosignature/") {
+            continue; // Witnesses' cosignatures: the forger cannot make those.
+        }
         let mut cp: Value = serde_json::from_slice(body).unwrap();
         if cp["topic"] != "ledger" || cp["partition"] != p {
             continue;
@@ -154,6 +157,78 @@ fn a_signed_ledger_verifies_with_its_key_and_says_what_the_signatures_attest() {
 /// The review's forgery: the record's envelope re-encoded (a new principal,
 /// its body digest valid), the frame's CRC fresh, the checkpoint's digest
 /// and head recomputed. The hash chain cannot tell; the signed root can.
+/// A witness cosigns every signed checkpoint of the ledger in `dir` (as
+/// `agentledger witness` hands them back); its verifier key.
+fn witnessed_by_one(dir: &Path) -> String {
+    use agentledger::audit::checkpoint::{append_cosigned, read_all, Cosigned};
+    use agentledger::audit::note::KeyKind;
+    let w = SignerKey::generate_kind("witness.example/w1", KeyKind::Witness).unwrap();
+    let log = agentledger::log::embedded::EmbeddedLog::open(
+        dir.join("log"),
+        &agentledger::log::embedded::EmbeddedConfig::default(),
+    )
+    .unwrap();
+    for (_, cp) in read_all(&log).unwrap() {
+        let cp = cp.unwrap();
+        let note = cp.note.unwrap();
+        let text = &note[..note.find("\n\n").unwrap() + 1];
+        let line = w.cosign(text, 1_764_806_400).unwrap();
+        append_cosigned(
+            &log,
+            &Cosigned {
+                topic: cp.topic,
+                partition: cp.partition,
+                size: cp.to,
+                note: format!("{note}{line}"),
+            },
+        )
+        .unwrap();
+    }
+    w.verifier().to_string()
+}
+
+#[test]
+fn the_key_holders_rewrite_re_signed_is_caught_by_the_witnesses_cosignatures() {
+    let (d, seg, key) = signed_ledger();
+    let witness = witnessed_by_one(d.path());
+    let with_witness =
+        |dir: &Path| common::verify_json(dir, &["--key", &key, "--witness-key", &witness]);
+    let (code, v) = with_witness(d.path());
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["signed"]["witnessed"]["witnessed"], v["records"], "{v}");
+
+    // The key holder rewrites a record and re-signs every checkpoint: the
+    // signatures alone are satisfied...
+    let signer =
+        SignerKey::parse(&std::fs::read_to_string(d.path().join("checkpoint.key")).unwrap())
+            .unwrap();
+    let mut frames = read_frames(&seg);
+    reattribute(&mut frames, 3);
+    write_frames(&seg, &frames);
+    rechain(d.path(), &seg, &frames, Some(&signer));
+    let (code, v) = verify(d.path(), Some(&key));
+    assert_eq!(
+        code, 0,
+        "re-signed, the forgery satisfies the key alone: {v}"
+    );
+    // ...but the witnesses cosigned the history they saw.
+    let (code, v) = with_witness(d.path());
+    assert_eq!(code, 1, "{v}");
+    assert!(said(&v).contains("cosigned by witness.example/w1"), "{v}");
+    assert!(said(&v).contains("split view"), "{v}");
+
+    // Dropping the cosignatures leaves the log unwitnessed.
+    let cps = checkpoints(d.path());
+    let kept: Vec<_> = read_frames(&cps)
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with(b"cosignature/"))
+        .collect();
+    write_frames(&cps, &kept);
+    let (code, v) = with_witness(d.path());
+    assert_eq!(code, 1, "{v}");
+    assert!(said(&v).contains("at most 0 cosigned one"), "{v}");
+}
+
 #[test]
 fn the_insiders_forgery_with_every_digest_recomputed_is_caught_by_the_signature() {
     let (d, seg, key) = signed_ledger();

@@ -230,3 +230,261 @@ fn tiles_are_rebuilt_with_the_views_and_served_at_once() {
     assert_eq!(r.status().as_u16(), 200);
     assert_eq!(mth(&hashes(&r.bytes().unwrap())), root);
 }
+
+/// `agentledger witness --once` as a witness with its own directory and a
+/// reader's token: exit code, the JSON lines, stderr.
+fn witness_once(
+    wdir: &std::path::Path,
+    url: &str,
+    token: &str,
+    ledger_key: &str,
+) -> (i32, Vec<Value>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .env("AGENTLEDGER_TOKEN", token)
+        .arg("--data")
+        .arg(wdir)
+        .args([
+            "witness",
+            "--once",
+            "--log",
+            url,
+            "--ledger-key",
+            ledger_key,
+        ])
+        .arg("--key")
+        .arg(wdir.join("witness.key"))
+        .arg("--state")
+        .arg(wdir.join("state.json"))
+        .output()
+        .unwrap();
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (
+        out.status.code().unwrap_or(-1),
+        lines,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn open_runs(url: &str, names: impl Iterator<Item = String>) {
+    let body: Vec<String> = names
+        .map(|r| json!({"op":"open_run","run":r,"agent":"hotel"}).to_string())
+        .collect();
+    let r = http(url)
+        .post(format!("{url}/v1/ops"))
+        .header("content-type", "application/x-ndjson")
+        .body(body.join("\n"))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(!r.text().unwrap().contains("\"ok\":false"));
+}
+
+#[test]
+fn a_witness_cosigns_what_extends_and_refuses_a_rewritten_history() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("data");
+    let (s, vkey) = serving(30, d.path());
+    let c = http(&s.url);
+    checkpoint_reaching(&c, &format!("{}/checkpoint", s.url), 30);
+    // The witness: its own key and directory, an auditor's token.
+    let wdir = d.path().join("witness");
+    let (code, wkey, err) = common::cli(
+        &wdir,
+        &[
+            "key",
+            "generate",
+            "--witness",
+            "--name",
+            "witness.example/w1",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let wkey = wkey.trim().to_owned();
+    let (code, shown, _) = common::cli(&wdir, &["key", "show", "--witness"]);
+    assert_eq!((code, shown.trim()), (0, wkey.as_str()));
+    let (code, token, err) = common::cli(&a, &["token", "issue", "--principal", "auditor"]);
+    assert_eq!(code, 0, "{err}");
+    let token = token.trim().to_owned();
+    // The token is a registry record: signed before anything is verified.
+    checkpoint_reaching(&c, &format!("{}/v1/log/registry/0/checkpoint", s.url), 2);
+
+    let (code, lines, err) = witness_once(&wdir, &s.url, &token, &vkey);
+    assert_eq!(code, 0, "{err}");
+    let cosigned: Vec<&str> = lines
+        .iter()
+        .map(|l| l["origin"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        cosigned,
+        [
+            "agentledger/tlog.example/registry/0",
+            "agentledger/tlog.example/ledger/0"
+        ],
+        "{lines:?}"
+    );
+    assert!(lines.iter().all(|l| l["cosigned"] == true));
+    // The ledger keeps the cosignature and serves it with the note.
+    let witnessed = c
+        .get(format!("{}/v1/log/ledger/0/witnessed", s.url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        witnessed.contains("\u{2014} witness.example/w1 "),
+        "{witnessed}"
+    );
+    assert!(witnessed.starts_with("agentledger/tlog.example/ledger/0\n"));
+
+    // verify requires it; a second witness that never cosigned fails it.
+    let verify = |extra: &[&str]| {
+        let mut args = vec![
+            "--server",
+            s.url.as_str(),
+            "--json",
+            "verify",
+            "--key",
+            vkey.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = common::cli(&a, &args);
+        (
+            code,
+            serde_json::from_str::<Value>(&out).unwrap_or(Value::Null),
+            err,
+        )
+    };
+    let (code, v, err) = verify(&["--witness-key", &wkey]);
+    assert_eq!(code, 0, "{v} {err}");
+    let w = &v["signed"]["witnessed"];
+    assert_eq!(w["required"], 1);
+    assert_eq!(w["logs"][0]["log"], "ledger/0", "{v}");
+    assert!(w["logs"][0]["size"].as_u64().unwrap() >= 30, "{v}");
+    assert_eq!(w["logs"][0]["by"], json!(["witness.example/w1"]));
+    assert_eq!(w["logs"][1]["log"], "registry/0", "{v}");
+    let (code, other, _) = common::cli(
+        &d.path().join("other"),
+        &["key", "generate", "--witness", "--name", "w2"],
+    );
+    assert_eq!(code, 0);
+    let (code, v, _) = verify(&["--witness-key", &wkey, "--witness-key", other.trim()]);
+    assert_eq!(code, 1, "{v}");
+    let first = v["first_mismatch"].to_string();
+    assert!(first.contains("cosigned by 2 of the witnesses"), "{v}");
+    let (code, v, _) = verify(&[
+        "--witness-key",
+        &wkey,
+        "--witness-key",
+        other.trim(),
+        "--witnesses",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    // A checkpoint key where a witness key belongs is named.
+    let (code, _, err) = verify(&["--witness-key", &vkey]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a witness key"), "{err}");
+
+    // What the ledger takes: its own checkpoint with a cosignature, only.
+    let note = c
+        .get(format!("{}/v1/log/ledger/0/checkpoint", s.url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let post = |body: String| {
+        let r = c
+            .post(format!("{}/v1/log/ledger/0/cosignatures", s.url))
+            .body(body)
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    let plain = note.lines().take(5).collect::<Vec<_>>().join("\n") + "\n";
+    let (st, body) = post(plain.clone());
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("no cosignature"), "{body}");
+    let (st, body) = post(plain.replace("\n30\n", "\n29\n") + "\u{2014} w x\n");
+    assert_eq!(st, 400, "{body}");
+    assert!(
+        body.contains("does not verify") || body.contains("the note"),
+        "{body}"
+    );
+    let (st, body) = post(format!("{plain}\u{2014} w AAAA\n"));
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("not an Ed25519 cosignature"), "{body}");
+
+    // The ledger grows; the witness proves the extension from the tiles.
+    open_runs(&s.url, (30..45).map(|i| format!("r{i}")));
+    let (old_note, _, _) = checkpoint_reaching(&c, &format!("{}/checkpoint", s.url), 45);
+    let (code, lines, err) = witness_once(&wdir, &s.url, &token, &vkey);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["origin"] == "agentledger/tlog.example/ledger/0"
+                && l["size"].as_u64().unwrap() >= 45),
+        "{lines:?}"
+    );
+    let old = d.path().join("old-note");
+    std::fs::write(&old, &old_note).unwrap();
+    drop(s);
+
+    // The key holder rewrites history: another ledger, the same key, more
+    // records — re-signed, consistent with itself.
+    let b = d.path().join("rewritten");
+    std::fs::create_dir_all(&b).unwrap();
+    std::fs::copy(a.join("checkpoint.key"), b.join("checkpoint.key")).unwrap();
+    let s2 = start(
+        &b,
+        None,
+        &["--checkpoint-ms", "100", "--ledger-partitions", "1"],
+    );
+    open_runs(&s2.url, std::iter::empty());
+    let r = http(&s2.url)
+        .post(format!("{}/v1/ops", s2.url))
+        .body(json!({"op":"publish_agent","agent":"hotel","scope":"acme/travel"}).to_string())
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    open_runs(&s2.url, (0..60).map(|i| format!("forged-{i}")));
+    let c2 = http(&s2.url);
+    checkpoint_reaching(&c2, &format!("{}/checkpoint", s2.url), 60);
+    let (code, t2, err) = common::cli(&b, &["token", "issue", "--principal", "auditor"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, lines, err) = witness_once(&wdir, &s2.url, t2.trim(), &vkey);
+    assert_eq!(code, 1, "{lines:?} {err}");
+    let ledger = lines
+        .iter()
+        .find(|l| l["origin"] == "agentledger/tlog.example/ledger/0")
+        .unwrap();
+    assert_eq!(ledger["cosigned"], false);
+    assert!(
+        ledger["refused"]
+            .as_str()
+            .unwrap()
+            .contains("history was rewritten"),
+        "{ledger}"
+    );
+    assert!(
+        err.contains("witness refuses agentledger/tlog.example/ledger/0"),
+        "{err}"
+    );
+    // Nothing was cosigned there.
+    let r = c2
+        .get(format!("{}/v1/log/ledger/0/witnessed", s2.url))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    drop(s2);
+    // And an auditor holding the old note catches it too.
+    let (code, out, err) = common::cli(
+        &b,
+        &["verify", "--key", &vkey, "--since", old.to_str().unwrap()],
+    );
+    assert_eq!(code, 1, "{out} {err}");
+    assert!(out.contains("history was rewritten"), "{out}");
+}

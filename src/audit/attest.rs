@@ -145,6 +145,12 @@ pub(crate) fn project_checkpoints(log: &dyn Log, views: &Views) -> Result<()> {
             };
             let mut txn = views.txn();
             for r in &recs {
+                if super::checkpoint::is_cosigned(&r.key) {
+                    if let Ok(c) = serde_json::from_slice(&r.payload) {
+                        fold_cosigned(&mut txn, &c)?;
+                    }
+                    continue;
+                }
                 let Ok(cp) = serde_json::from_slice::<Checkpoint>(&r.payload) else {
                     tracing::warn!(
                         offset = r.offset,
@@ -158,6 +164,46 @@ pub(crate) fn project_checkpoints(log: &dyn Log, views: &Views) -> Result<()> {
             txn.commit()?;
         }
     }
+    Ok(())
+}
+
+/// Signature lines a witnessed note keeps at most (the ledger's and its
+/// witnesses'): whoever may post cosignatures cannot grow it without end.
+pub const MAX_NOTE_SIGNATURES: usize = 32;
+
+/// Cosignatures move their partition's witnessed note forward: a larger
+/// size replaces it, the same size adds the lines not held yet. Which
+/// lines are valid is for whoever holds the witnesses' keys to check.
+pub(crate) fn fold_cosigned(
+    txn: &mut crate::views::ViewTxn<'_>,
+    c: &super::checkpoint::Cosigned,
+) -> Result<()> {
+    let Some(topic) = super::checkpoint::CHAINED_TOPICS
+        .into_iter()
+        .find(|t| t.name() == c.topic)
+    else {
+        return Ok(());
+    };
+    let key = crate::views::keys::witnessed_note(topic, c.partition);
+    let held: Option<(u64, String)> = txn.get(&key)?;
+    let merged = match held {
+        Some((size, note)) if size == c.size => {
+            let Ok((_, lines)) = super::note::split(&c.note) else {
+                return Ok(());
+            };
+            let mut note = note;
+            for (name, sig) in lines {
+                let line = format!("\u{2014} {name} {sig}\n");
+                if !note.contains(&line) && note.matches('\u{2014}').count() < MAX_NOTE_SIGNATURES {
+                    note.push_str(&line);
+                }
+            }
+            note
+        }
+        Some((size, _)) if size > c.size => return Ok(()),
+        _ => c.note.clone(),
+    };
+    txn.put(key, &(c.size, merged));
     Ok(())
 }
 

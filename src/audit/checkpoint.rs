@@ -153,13 +153,27 @@ pub type ReadCheckpoint = std::result::Result<Checkpoint, serde_json::Error>;
 /// Every checkpoint on the topic, in log order, with its offset.
 pub fn read_all(log: &dyn Log) -> Result<Vec<(u64, ReadCheckpoint)>> {
     let mut out = Vec::new();
+    scan_checkpoints_topic(log, &mut |r| {
+        // A record filed as a cosignature is not a checkpoint: hiding a
+        // checkpoint that way only leaves its records unattested.
+        if !is_cosigned(r.key) {
+            out.push((r.offset, serde_json::from_slice::<Checkpoint>(r.payload)));
+        }
+    })?;
+    Ok(out)
+}
+
+fn scan_checkpoints_topic(
+    log: &dyn Log,
+    each: &mut dyn FnMut(crate::log::RecordRef<'_>),
+) -> Result<()> {
     for p in 0..log.partitions(Topic::Checkpoints) {
         let mut at = 0;
         loop {
             // Parsed straight from the read buffer, a few at a time: each
-            // lists a thousand digests, so copies would dominate.
+            // checkpoint lists a thousand digests, so copies would dominate.
             let after = log.scan(Topic::Checkpoints, p, at, 64, &mut |r| {
-                out.push((r.offset, serde_json::from_slice::<Checkpoint>(r.payload)));
+                each(r);
                 std::ops::ControlFlow::Continue(())
             })?;
             if after == at {
@@ -168,6 +182,56 @@ pub fn read_all(log: &dyn Log) -> Result<Vec<(u64, ReadCheckpoint)>> {
             at = after;
         }
     }
+    Ok(())
+}
+
+/// Witness cosignatures of a signed checkpoint, kept on the checkpoints
+/// topic (key `cosignature/<topic>/<partition>`): the checkpoint's note
+/// with the witnesses' C2SP tlog-cosignature lines after the ledger's own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cosigned {
+    pub topic: String,
+    pub partition: u32,
+    pub size: u64,
+    pub note: String,
+}
+
+const COSIGNED_KEY: &[u8] = b"cosignature/";
+
+/// Whether a checkpoints-topic record is filed as cosignatures.
+pub fn is_cosigned(key: &[u8]) -> bool {
+    key.starts_with(COSIGNED_KEY)
+}
+
+/// Append witness cosignatures; says where they landed.
+pub fn append_cosigned(log: &dyn Log, c: &Cosigned) -> Result<(u32, u64)> {
+    let key = [
+        COSIGNED_KEY,
+        format!("{}/{}", c.topic, c.partition).as_bytes(),
+    ]
+    .concat();
+    let placed = log.append(
+        Topic::Checkpoints,
+        &[(key, serde_json::to_vec(c).unwrap_or_default())],
+    )?;
+    placed
+        .first()
+        .copied()
+        .ok_or(LedgerError::Internal("an append that placed nothing"))
+}
+
+/// Every cosignatures record, in log order with its offset; unreadable
+/// ones are skipped (they attest nothing).
+pub fn read_cosigned(log: &dyn Log) -> Result<Vec<(u64, Cosigned)>> {
+    let mut out = Vec::new();
+    scan_checkpoints_topic(log, &mut |r| {
+        if is_cosigned(r.key) {
+            if let Ok(c) = serde_json::from_slice::<Cosigned>(r.payload) {
+                out.push((r.offset, c));
+            }
+        }
+    })?;
     Ok(out)
 }
 

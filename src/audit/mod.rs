@@ -24,6 +24,7 @@ pub mod recent;
 pub mod signed;
 pub mod tiles;
 pub mod verify;
+pub mod witness;
 
 pub use checkpoint::{Checkpoint, CHECKPOINT_INTERVAL};
 pub use hashchain::{link_head, record_digest, Link, GENESIS};

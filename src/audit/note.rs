@@ -23,6 +23,8 @@ use std::fmt;
 
 /// The signature algorithm byte of Ed25519 in signed-note.
 const ALG_ED25519: u8 = 0x01;
+/// The signature type of an Ed25519 C2SP tlog-cosignature (cosignature/v1).
+const ALG_COSIGNATURE: u8 = 0x04;
 const SIGNER_PREFIX: &str = "PRIVATE+KEY+";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,17 +45,43 @@ pub enum NoteError {
     BadSignature(String),
     #[error("not a checkpoint: {0}")]
     BadCheckpoint(String),
+    #[error("a witness key (cosignature/v1) cannot sign checkpoints, nor a checkpoint key cosign")]
+    WrongKind,
+}
+
+/// What a key signs: checkpoints (the ledger's key) or cosignatures (a
+/// witness's key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    Checkpoint,
+    Witness,
+}
+
+impl KeyKind {
+    fn alg(self) -> u8 {
+        match self {
+            KeyKind::Checkpoint => ALG_ED25519,
+            KeyKind::Witness => ALG_COSIGNATURE,
+        }
+    }
+    fn of(alg: u8) -> Option<Self> {
+        match alg {
+            ALG_ED25519 => Some(KeyKind::Checkpoint),
+            ALG_COSIGNATURE => Some(KeyKind::Witness),
+            _ => None,
+        }
+    }
 }
 
 fn valid_name(name: &str) -> bool {
     !name.is_empty() && !name.contains('+') && !name.chars().any(char::is_whitespace)
 }
 
-fn key_id(name: &str, public: &[u8]) -> u32 {
+fn key_id(name: &str, kind: KeyKind, public: &[u8]) -> u32 {
     let mut h = Sha256::new();
     h.update(name.as_bytes());
     h.update(b"\n");
-    h.update([ALG_ED25519]);
+    h.update([kind.alg()]);
     h.update(public);
     let d = h.finalize();
     u32::from_be_bytes([d[0], d[1], d[2], d[3]])
@@ -62,6 +90,7 @@ fn key_id(name: &str, public: &[u8]) -> u32 {
 /// The key that signs checkpoints. Its text form is a secret.
 pub struct SignerKey {
     name: String,
+    kind: KeyKind,
     id: u32,
     pair: Ed25519KeyPair,
     seed: [u8; 32],
@@ -74,22 +103,32 @@ impl fmt::Debug for SignerKey {
 }
 
 impl SignerKey {
-    /// A new key named `name` from the system's randomness.
+    /// A new checkpoint key named `name` from the system's randomness.
     pub fn generate(name: &str) -> Result<Self, NoteError> {
-        let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|_| NoteError::BadSignerKey)?;
-        Self::from_seed(name, seed)
+        Self::generate_kind(name, KeyKind::Checkpoint)
     }
 
-    fn from_seed(name: &str, seed: [u8; 32]) -> Result<Self, NoteError> {
+    /// A new key of either kind.
+    pub fn generate_kind(name: &str, kind: KeyKind) -> Result<Self, NoteError> {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|_| NoteError::BadSignerKey)?;
+        Self::from_seed(name, kind, seed)
+    }
+
+    pub fn kind(&self) -> KeyKind {
+        self.kind
+    }
+
+    fn from_seed(name: &str, kind: KeyKind, seed: [u8; 32]) -> Result<Self, NoteError> {
         if !valid_name(name) {
             return Err(NoteError::BadName(name.to_owned()));
         }
         let pair =
             Ed25519KeyPair::from_seed_unchecked(&seed).map_err(|_| NoteError::BadSignerKey)?;
-        let id = key_id(name, pair.public_key().as_ref());
+        let id = key_id(name, kind, pair.public_key().as_ref());
         Ok(SignerKey {
             name: name.to_owned(),
+            kind,
             id,
             pair,
             seed,
@@ -104,11 +143,12 @@ impl SignerKey {
             .ok_or(NoteError::BadSignerKey)?;
         let (name, id, key) = three_parts(rest).ok_or(NoteError::BadSignerKey)?;
         let bytes = B64.decode(key).map_err(|_| NoteError::BadSignerKey)?;
-        let [ALG_ED25519, seed @ ..] = bytes.as_slice() else {
+        let [alg, seed @ ..] = bytes.as_slice() else {
             return Err(NoteError::BadSignerKey);
         };
+        let kind = KeyKind::of(*alg).ok_or(NoteError::BadSignerKey)?;
         let seed: [u8; 32] = seed.try_into().map_err(|_| NoteError::BadSignerKey)?;
-        let key = Self::from_seed(name, seed)?;
+        let key = Self::from_seed(name, kind, seed)?;
         if format!("{:08x}", key.id) != id {
             return Err(NoteError::KeyIdMismatch);
         }
@@ -117,7 +157,7 @@ impl SignerKey {
 
     /// The secret text form, for the key file.
     pub fn to_text(&self) -> String {
-        let mut b = vec![ALG_ED25519];
+        let mut b = vec![self.kind.alg()];
         b.extend_from_slice(&self.seed);
         format!(
             "{SIGNER_PREFIX}{}+{:08x}+{}",
@@ -135,6 +175,7 @@ impl SignerKey {
     pub fn verifier(&self) -> VerifierKey {
         VerifierKey {
             name: self.name.clone(),
+            kind: self.kind,
             id: self.id,
             public: self.pair.public_key().as_ref().to_vec(),
         }
@@ -144,6 +185,9 @@ impl SignerKey {
     pub fn sign(&self, text: &str) -> Result<String, NoteError> {
         if !text.ends_with('\n') {
             return Err(NoteError::Malformed);
+        }
+        if self.kind != KeyKind::Checkpoint {
+            return Err(NoteError::WrongKind);
         }
         let sig = self.pair.sign(text.as_bytes());
         let mut b = self.id.to_be_bytes().to_vec();
@@ -156,6 +200,30 @@ impl SignerKey {
     }
 }
 
+impl SignerKey {
+    /// A C2SP tlog-cosignature (v1) line over a checkpoint's `text`, made
+    /// at `time` (seconds since the epoch): `— <name> base64(key id ‖
+    /// time ‖ signature)`, the signature over `cosignature/v1\ntime
+    /// <time>\n` followed by the text.
+    pub fn cosign(&self, text: &str, time: u64) -> Result<String, NoteError> {
+        if self.kind != KeyKind::Witness {
+            return Err(NoteError::WrongKind);
+        }
+        if !text.ends_with('\n') || time > i64::MAX as u64 {
+            return Err(NoteError::Malformed);
+        }
+        let sig = self.pair.sign(cosigned_message(text, time).as_bytes());
+        let mut b = self.id.to_be_bytes().to_vec();
+        b.extend_from_slice(&time.to_be_bytes());
+        b.extend_from_slice(sig.as_ref());
+        Ok(format!("\u{2014} {} {}\n", self.name, B64.encode(b)))
+    }
+}
+
+fn cosigned_message(text: &str, time: u64) -> String {
+    format!("cosignature/v1\ntime {time}\n{text}")
+}
+
 fn three_parts(s: &str) -> Option<(&str, &str, &str)> {
     let mut it = s.splitn(3, '+');
     Some((it.next()?, it.next()?, it.next()?))
@@ -165,6 +233,7 @@ fn three_parts(s: &str) -> Option<(&str, &str, &str)> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifierKey {
     name: String,
+    kind: KeyKind,
     id: u32,
     public: Vec<u8>,
 }
@@ -177,15 +246,17 @@ impl VerifierKey {
             return Err(NoteError::BadName(name.to_owned()));
         }
         let bytes = B64.decode(key).map_err(|_| NoteError::BadVerifierKey)?;
-        let [ALG_ED25519, public @ ..] = bytes.as_slice() else {
+        let [alg, public @ ..] = bytes.as_slice() else {
             return Err(NoteError::BadVerifierKey);
         };
+        let kind = KeyKind::of(*alg).ok_or(NoteError::BadVerifierKey)?;
         if public.len() != 32 {
             return Err(NoteError::BadVerifierKey);
         }
         let k = VerifierKey {
             name: name.to_owned(),
-            id: key_id(name, public),
+            kind,
+            id: key_id(name, kind, public),
             public: public.to_vec(),
         };
         if format!("{:08x}", k.id) != id {
@@ -198,18 +269,52 @@ impl VerifierKey {
         &self.name
     }
 
+    pub fn kind(&self) -> KeyKind {
+        self.kind
+    }
+
+    /// The time of this witness key's valid cosignature of `note`'s text,
+    /// among its signature lines.
+    pub fn cosigned(&self, note: &str) -> Result<u64, NoteError> {
+        if self.kind != KeyKind::Witness {
+            return Err(NoteError::WrongKind);
+        }
+        let (text, sigs) = split_note(note)?;
+        let mut saw_name = false;
+        for (name, sig) in signature_lines(sigs)? {
+            if name != self.name {
+                continue;
+            }
+            saw_name = true;
+            let Ok(bytes) = B64.decode(sig) else {
+                continue;
+            };
+            if bytes.len() != 4 + 8 + 64 || bytes[..4] != self.id.to_be_bytes() {
+                continue;
+            }
+            let time = u64::from_be_bytes(bytes[4..12].try_into().unwrap_or_default());
+            if UnparsedPublicKey::new(&ED25519, &self.public)
+                .verify(cosigned_message(text, time).as_bytes(), &bytes[12..])
+                .is_ok()
+            {
+                return Ok(time);
+            }
+        }
+        if saw_name {
+            return Err(NoteError::BadSignature(self.name.clone()));
+        }
+        Err(NoteError::Unsigned(self.name.clone()))
+    }
+
     /// The text of a note this key signed; its other signatures (a
     /// witness's cosignature) are left alone.
     pub fn open<'a>(&self, note: &'a str) -> Result<&'a str, NoteError> {
+        if self.kind != KeyKind::Checkpoint {
+            return Err(NoteError::WrongKind);
+        }
         let (text, sigs) = split_note(note)?;
         let mut saw_name = false;
-        for line in sigs.lines() {
-            let Some((name, sig)) = line
-                .strip_prefix("\u{2014} ")
-                .and_then(|l| l.split_once(' '))
-            else {
-                return Err(NoteError::Malformed);
-            };
+        for (name, sig) in signature_lines(sigs)? {
             if name != self.name {
                 continue;
             }
@@ -237,7 +342,7 @@ impl VerifierKey {
 
 impl fmt::Display for VerifierKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut b = vec![ALG_ED25519];
+        let mut b = vec![self.kind.alg()];
         b.extend_from_slice(&self.public);
         write!(f, "{}+{:08x}+{}", self.name, self.id, B64.encode(b))
     }
@@ -251,6 +356,27 @@ fn split_note(note: &str) -> Result<(&str, &str), NoteError> {
         return Err(NoteError::Malformed);
     }
     Ok((text, sigs))
+}
+
+/// The `(name, base64 signature)` of each signature line.
+pub fn signature_lines(sigs: &str) -> Result<Vec<SignatureLine<'_>>, NoteError> {
+    sigs.lines()
+        .map(|line| {
+            line.strip_prefix("\u{2014} ")
+                .and_then(|l| l.split_once(' '))
+                .filter(|(name, sig)| valid_name(name) && !sig.is_empty() && !sig.contains(' '))
+                .ok_or(NoteError::Malformed)
+        })
+        .collect()
+}
+
+/// A signature line's key name and base64 signature.
+pub type SignatureLine<'a> = (&'a str, &'a str);
+
+/// A note's text (with its final newline) and its signature lines.
+pub fn split(note: &str) -> Result<(&str, Vec<SignatureLine<'_>>), NoteError> {
+    let (text, sigs) = split_note(note)?;
+    Ok((text, signature_lines(sigs)?))
 }
 
 /// The origin line of a partition's checkpoints: the log a note is about.
@@ -358,6 +484,63 @@ mod tests {
         assert_eq!(signer.verifier().to_string(), vkey);
         assert_eq!(signer.sign(text).unwrap(), want);
         assert_eq!(VerifierKey::parse(vkey).unwrap().open(&want).unwrap(), text);
+    }
+
+    #[test]
+    fn witness_cosignatures_verify_over_the_checkpoint_and_their_time_only() {
+        let ledger = SignerKey::generate("acme-prod").unwrap();
+        let w = SignerKey::generate_kind("witness.example/w1", KeyKind::Witness).unwrap();
+        let wv = VerifierKey::parse(&w.verifier().to_string()).unwrap();
+        assert_eq!(wv.kind(), KeyKind::Witness);
+        assert_eq!(
+            SignerKey::parse(&w.to_text()).unwrap().kind(),
+            KeyKind::Witness
+        );
+        let body = CheckpointBody {
+            origin: "agentledger/acme-prod/ledger/0".into(),
+            size: 2048,
+            root: [9; 32],
+        }
+        .text();
+        let note = ledger.sign(&body).unwrap();
+        let line = w.cosign(&body, 1_679_315_147).unwrap();
+        let cosigned = format!("{note}{line}");
+        assert_eq!(wv.cosigned(&cosigned), Ok(1_679_315_147));
+        // The ledger's own signature still opens; the witness line is left alone.
+        assert_eq!(ledger.verifier().open(&cosigned).unwrap(), body);
+        // Over another checkpoint, or with its time changed, it fails.
+        let moved = cosigned.replace("\n2048\n", "\n2049\n");
+        assert_eq!(
+            wv.cosigned(&moved),
+            Err(NoteError::BadSignature("witness.example/w1".into()))
+        );
+        let (_, sig) = line.trim_end().rsplit_once(' ').unwrap();
+        let mut raw = B64.decode(sig).unwrap();
+        raw[11] ^= 1;
+        let retimed = format!("{note}\u{2014} witness.example/w1 {}\n", B64.encode(raw));
+        assert!(wv.cosigned(&retimed).is_err());
+        assert_eq!(
+            wv.cosigned(&note),
+            Err(NoteError::Unsigned("witness.example/w1".into()))
+        );
+        // Each kind does only its own job.
+        assert_eq!(w.sign(&body), Err(NoteError::WrongKind));
+        assert_eq!(ledger.cosign(&body, 1), Err(NoteError::WrongKind));
+        assert_eq!(wv.open(&cosigned), Err(NoteError::WrongKind));
+        assert_eq!(
+            ledger.verifier().cosigned(&cosigned),
+            Err(NoteError::WrongKind)
+        );
+        // Same name and seed, other kind: other key id (the type byte differs).
+        assert_ne!(
+            w.verifier().to_string().split('+').nth(1),
+            SignerKey::from_seed("witness.example/w1", KeyKind::Checkpoint, w.seed)
+                .unwrap()
+                .verifier()
+                .to_string()
+                .split('+')
+                .nth(1)
+        );
     }
 
     #[test]

@@ -29,6 +29,82 @@ pub struct SignedSummary {
     pub signed_checkpoints: u64,
     /// Records under a signed checkpoint whose root matched.
     pub attested: u64,
+    /// What the witnesses required cosigned, when some are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub witnessed: Option<WitnessedSummary>,
+}
+
+/// Whom `verify` trusts: the ledger's key, and the witnesses of which
+/// `need` must have cosigned (none: signatures alone).
+#[derive(Debug, Clone)]
+pub struct Trust {
+    pub key: VerifierKey,
+    pub witnesses: Vec<VerifierKey>,
+    pub need: usize,
+}
+
+impl Trust {
+    pub fn key_only(key: VerifierKey) -> Self {
+        Trust {
+            key,
+            witnesses: Vec::new(),
+            need: 0,
+        }
+    }
+
+    /// The ledger's key and witness keys of which `need` (default: all)
+    /// must have cosigned; says what is wrong with them.
+    pub fn new(
+        key: VerifierKey,
+        witnesses: Vec<VerifierKey>,
+        need: Option<usize>,
+    ) -> std::result::Result<Self, String> {
+        use super::note::KeyKind;
+        if key.kind() != KeyKind::Checkpoint {
+            return Err(format!(
+                "{}: a witness key where the ledger's belongs",
+                key.name()
+            ));
+        }
+        if let Some(w) = witnesses.iter().find(|w| w.kind() != KeyKind::Witness) {
+            return Err(format!(
+                "{}: not a witness key (cosignature/v1; `key generate --witness` makes one)",
+                w.name()
+            ));
+        }
+        let need = need.unwrap_or(witnesses.len());
+        if need > witnesses.len() || (need == 0 && !witnesses.is_empty()) {
+            return Err(format!(
+                "{need} cosignatures required of {} witness keys",
+                witnesses.len()
+            ));
+        }
+        Ok(Trust {
+            key,
+            witnesses,
+            need,
+        })
+    }
+}
+
+/// How far each log is witnessed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct WitnessedSummary {
+    /// The witness keys given.
+    pub witnesses: Vec<String>,
+    /// Cosignatures required of them per checkpoint.
+    pub required: usize,
+    /// Records under a checkpoint that enough of them cosigned.
+    pub witnessed: u64,
+    /// Per log: the largest checkpoint cosigned by enough witnesses.
+    pub logs: Vec<WitnessedLog>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WitnessedLog {
+    pub log: String,
+    pub size: u64,
+    pub by: Vec<String>,
 }
 
 /// A signed size of a partition: its root and where its checkpoint is.
@@ -37,8 +113,10 @@ struct Signed {
     at: u64,
 }
 
-/// Check every signed checkpoint and the records under them.
-pub fn verify_signed(log: &dyn Log, key: &VerifierKey) -> Result<(SignedSummary, Vec<Mismatch>)> {
+/// Check every signed checkpoint and the records under them; with
+/// witnesses, that each log has a checkpoint enough of them cosigned.
+pub fn verify_signed(log: &dyn Log, trust: &Trust) -> Result<(SignedSummary, Vec<Mismatch>)> {
+    let key = &trust.key;
     let mut summary = SignedSummary {
         key: key.to_string(),
         ..SignedSummary::default()
@@ -107,6 +185,10 @@ pub fn verify_signed(log: &dyn Log, key: &VerifierKey) -> Result<(SignedSummary,
             }
         }
     }
+    let roots: BTreeMap<(Topic, u32), BTreeMap<u64, Hash>> = sizes
+        .iter()
+        .map(|(k, v)| (*k, v.iter().map(|(n, s)| (*n, s.root)).collect()))
+        .collect();
     // Partitions are independent trees: one thread per core, largest
     // first, results kept in partition order.
     let mut jobs: Vec<(Topic, u32, u64, BTreeMap<u64, Signed>)> = Vec::new();
@@ -154,9 +236,19 @@ pub fn verify_signed(log: &dyn Log, key: &VerifierKey) -> Result<(SignedSummary,
             .collect()
     });
     outcomes.sort_by_key(|(i, _)| *i);
-    for (_, outcome) in outcomes {
+    let mut attested_to: BTreeMap<(Topic, u32), u64> = BTreeMap::new();
+    for (i, outcome) in outcomes {
         let (attested, m) = outcome?;
         summary.attested += attested;
+        mismatches.extend(m);
+        if let Some((topic, p, ..)) = jobs.get(i) {
+            attested_to.insert((*topic, *p), attested);
+        }
+    }
+    if !trust.witnesses.is_empty() {
+        let ends: BTreeMap<(Topic, u32), u64> = jobs.iter().map(|j| ((j.0, j.1), j.2)).collect();
+        let (w, m) = check_witnessed(log, trust, &roots, &attested_to, &ends)?;
+        summary.witnessed = Some(w);
         mismatches.extend(m);
     }
     for ((topic, p), signed) in sizes {
@@ -169,6 +261,122 @@ pub fn verify_signed(log: &dyn Log, key: &VerifierKey) -> Result<(SignedSummary,
                 "a partition the log has",
                 "none",
             ));
+        }
+    }
+    Ok((summary, mismatches))
+}
+
+/// Each log must have a checkpoint that `trust.need` of the witnesses
+/// cosigned, and every cosigned checkpoint must be one the log has — a
+/// cosigned root the log does not have is a history shown to the
+/// witnesses and not to this auditor (a split view).
+fn check_witnessed(
+    log: &dyn Log,
+    trust: &Trust,
+    roots: &BTreeMap<(Topic, u32), BTreeMap<u64, Hash>>,
+    attested_to: &BTreeMap<(Topic, u32), u64>,
+    ends: &BTreeMap<(Topic, u32), u64>,
+) -> Result<(WitnessedSummary, Vec<Mismatch>)> {
+    let key = &trust.key;
+    let mut mismatches = Vec::new();
+    // Per log, per size: the witnesses whose cosignature verified.
+    let mut by: BTreeMap<(Topic, u32), BTreeMap<u64, Vec<String>>> = BTreeMap::new();
+    for (at, c) in checkpoint::read_cosigned(log)? {
+        let Ok(body) = key
+            .open(&c.note)
+            .map_err(|_| ())
+            .and_then(|t| CheckpointBody::parse(t).map_err(|_| ()))
+        else {
+            continue;
+        };
+        let Some((topic, p)) = CHAINED_TOPICS
+            .into_iter()
+            .flat_map(|t| (0..log.partitions(t)).map(move |p| (t, p)))
+            .find(|&(t, p)| origin(key.name(), t, p) == body.origin)
+        else {
+            continue;
+        };
+        let names: Vec<String> = trust
+            .witnesses
+            .iter()
+            .filter(|w| w.cosigned(&c.note).is_ok())
+            .map(|w| w.name().to_owned())
+            .collect();
+        if names.is_empty() {
+            continue;
+        }
+        let genuine = roots
+            .get(&(topic, p))
+            .and_then(|r| r.get(&body.size))
+            .is_some_and(|r| *r == body.root)
+            && attested_to.get(&(topic, p)).copied().unwrap_or(0) >= body.size;
+        if !genuine {
+            mismatches.push(bad(
+                "checkpoints",
+                0,
+                at,
+                format!(
+                    "checkpoint of {topic}/{p} at {} cosigned by {}",
+                    body.size,
+                    names.join(", ")
+                ),
+                "a root this log has at that size".to_owned(),
+                format!(
+                    "{} (the witnesses were shown another history: a split view)",
+                    B64.encode(body.root)
+                ),
+            ));
+            continue;
+        }
+        let who = by
+            .entry((topic, p))
+            .or_default()
+            .entry(body.size)
+            .or_default();
+        for n in names {
+            if !who.contains(&n) {
+                who.push(n);
+            }
+        }
+    }
+    let need = trust.need.max(1);
+    let mut summary = WitnessedSummary {
+        witnesses: trust.witnesses.iter().map(|w| w.to_string()).collect(),
+        required: need,
+        ..WitnessedSummary::default()
+    };
+    for (&(topic, p), &end) in ends {
+        let best = by.get(&(topic, p)).and_then(|sizes| {
+            sizes
+                .iter()
+                .rev()
+                .find(|(_, who)| who.len() >= need)
+                .map(|(size, who)| (*size, who.clone()))
+        });
+        match best {
+            Some((size, who)) => {
+                summary.witnessed += size;
+                summary.logs.push(WitnessedLog {
+                    log: format!("{topic}/{p}"),
+                    size,
+                    by: who,
+                });
+            }
+            None if end > 0 => {
+                let most = by
+                    .get(&(topic, p))
+                    .and_then(|s| s.values().map(Vec::len).max())
+                    .unwrap_or(0);
+                mismatches.push(bad(
+                    topic.name(),
+                    p,
+                    0,
+                    format!("records of {topic}/{p} under a witnessed checkpoint"),
+                    format!("a checkpoint cosigned by {need} of the witnesses"),
+                    format!("at most {most} cosigned one"),
+                ));
+            }
+            None => {}
         }
     }
     Ok((summary, mismatches))

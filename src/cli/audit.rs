@@ -21,8 +21,28 @@ pub fn verifier_key(given: &str) -> Result<agentledger::audit::note::VerifierKey
     }
 }
 
-pub fn verify(cli: &Cli, export: Option<&std::path::Path>, key: Option<&str>) -> Result<i32> {
+pub fn verify(
+    cli: &Cli,
+    export: Option<&std::path::Path>,
+    key: Option<&str>,
+    witness_keys: &[String],
+    witnesses: Option<usize>,
+) -> Result<i32> {
     let key = key.map(verifier_key).transpose()?;
+    let trust = match &key {
+        Some(k) => Some(
+            agentledger::audit::signed::Trust::new(
+                k.clone(),
+                witness_keys
+                    .iter()
+                    .map(|w| verifier_key(w))
+                    .collect::<Result<Vec<_>>>()?,
+                witnesses,
+            )
+            .map_err(|why| anyhow::anyhow!("--witness-key: {why}"))?,
+        ),
+        None => None,
+    };
     if let Some(path) = export {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -32,12 +52,12 @@ pub fn verify(cli: &Cli, export: Option<&std::path::Path>, key: Option<&str>) ->
         return super::inspect::print(&queries::verify_said(&report, &[], &subject, cli.json));
     }
     if let Some(server) = super::remote::server_for(cli)? {
-        return super::inspect::print(&server.verify(cli.json, key.as_ref())?);
+        return super::inspect::print(&server.verify(cli.json, trust.as_ref())?);
     }
     let (_lock, log) = super::open_log_read_only(cli)?;
     let total = agentledger::rebuild::projected_records(log.as_ref())?;
     let bar = super::progress_bar(cli, total, "verifying");
-    let said = queries::verify(log.as_ref(), cli.json, &|n| bar.inc(n), key.as_ref())?;
+    let said = queries::verify(log.as_ref(), cli.json, &|n| bar.inc(n), trust.as_ref())?;
     bar.finish_and_clear();
     super::inspect::print(&said)
 }
@@ -112,14 +132,31 @@ pub fn export(
 
 /// `key generate` / `key show`.
 pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
-    use agentledger::audit::note::SignerKey;
-    let path = super::checkpoint_key_path(cli);
+    use agentledger::audit::note::{KeyKind, SignerKey};
+    let place = |witness: bool, file: &Option<std::path::PathBuf>| match (file, witness) {
+        (Some(f), _) => f.clone(),
+        (None, true) => cli.data.join("witness.key"),
+        (None, false) => super::checkpoint_key_path(cli),
+    };
+    let what = |witness: bool| {
+        if witness {
+            "witness key"
+        } else {
+            "checkpoint key"
+        }
+    };
     match command {
-        super::KeyCommand::Generate { name } => {
+        super::KeyCommand::Generate {
+            name,
+            witness,
+            key_file,
+        } => {
+            let path = place(*witness, key_file);
             if path.exists() {
                 anyhow::bail!(
-                    "{} exists: a checkpoint key is never replaced silently (move it away first)",
-                    path.display()
+                    "{} exists: a {} is never replaced silently (move it away first)",
+                    path.display(),
+                    what(*witness)
                 );
             }
             let name = match name {
@@ -130,7 +167,13 @@ pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
                     format!("agentledger-{}", hex::encode(b))
                 }
             };
-            let key = SignerKey::generate(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+            let kind = if *witness {
+                KeyKind::Witness
+            } else {
+                KeyKind::Checkpoint
+            };
+            let key = SignerKey::generate_kind(&name, kind)
+                .map_err(|e| anyhow::anyhow!("--name: {e}"))?;
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 agentledger::private_files::create_dir_all(dir)
                     .with_context(|| format!("creating {}", dir.display()))?;
@@ -138,21 +181,25 @@ pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
             agentledger::private_files::write(&path, format!("{}\n", key.to_text()))
                 .with_context(|| format!("writing {}", path.display()))?;
             eprintln!(
-                "agentledger: checkpoint key written to {} (mode 0600; keep it secret and backed up)",
+                "agentledger: {} written to {} (mode 0600; keep it secret and backed up)",
+                what(*witness),
                 path.display()
             );
             outln!("{}", key.verifier());
             Ok(0)
         }
-        super::KeyCommand::Show => {
+        super::KeyCommand::Show { witness, key_file } => {
+            let path = place(*witness, key_file);
             let text = std::fs::read_to_string(&path).with_context(|| {
                 format!(
-                    "reading the checkpoint key {} (make one with `agentledger key generate`)",
-                    path.display()
+                    "reading the {} {} (make one with `agentledger key generate{}`)",
+                    what(*witness),
+                    path.display(),
+                    if *witness { " --witness" } else { "" }
                 )
             })?;
             let key = SignerKey::parse(&text)
-                .map_err(|e| anyhow::anyhow!("the checkpoint key {}: {e}", path.display()))?;
+                .map_err(|e| anyhow::anyhow!("the key {}: {e}", path.display()))?;
             outln!("{}", key.verifier());
             Ok(0)
         }

@@ -15,6 +15,7 @@ mod inspect;
 mod remote;
 mod serve;
 mod tokens;
+mod witness;
 
 use agentledger::apply::{apply_stream_as, apply_stream_with, MAX_LINE_BYTES};
 use agentledger::engine::{DataDir, Engine, EngineOptions};
@@ -216,12 +217,28 @@ pub enum KeyCommand {
     /// <data>/checkpoint.key); refuses to replace one.
     Generate {
         /// The key's name, which also names the ledger in checkpoint
-        /// origins (agentledger/NAME/ledger/0). Default: agentledger-<random>.
+        /// origins (agentledger/NAME/ledger/0); a witness's should be a
+        /// URL-like name (witness.example/w1). Default: agentledger-<random>.
         #[arg(long)]
         name: Option<String>,
+        /// A witness's key (C2SP cosignature/v1), kept at --key-file
+        /// (default <data>/witness.key), for `agentledger witness`.
+        #[arg(long)]
+        witness: bool,
+        /// Where to write the key (default: the checkpoint key's place, or
+        /// <data>/witness.key with --witness).
+        #[arg(long)]
+        key_file: Option<PathBuf>,
     },
-    /// Print the verifier key (name+id+key) that `verify --key` takes.
-    Show,
+    /// Print the verifier key (name+id+key) that `verify --key` (or, of a
+    /// witness key, `verify --witness-key`) takes.
+    Show {
+        /// Show the witness key (<data>/witness.key unless --key-file).
+        #[arg(long)]
+        witness: bool,
+        #[arg(long)]
+        key_file: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -270,11 +287,50 @@ pub enum Command {
         /// --key).
         #[arg(long, requires = "key", conflicts_with = "export")]
         since: Option<PathBuf>,
+        /// Require cosignatures by this witness (its key as `key show
+        /// --witness` prints it, or a file holding it); repeatable. Each
+        /// log must have a checkpoint cosigned by --witnesses of them, and
+        /// every cosigned checkpoint must be one this log has.
+        #[arg(long, requires = "key", conflicts_with_all = ["export", "since"])]
+        witness_key: Vec<String>,
+        /// How many of the witness keys must have cosigned (default: all).
+        #[arg(long, requires = "witness_key")]
+        witnesses: Option<usize>,
         #[command(flatten)]
         acting: ActingAs,
     },
     /// Write checkpoints now, covering every record of the log.
     Checkpoint,
+    /// Witness a ledger: follow each of its logs at --log (a `serve
+    /// --listen` URL), check every new signed checkpoint is consistent
+    /// with the last one cosigned (RFC 9162 proof from the served tiles),
+    /// and hand back a C2SP cosignature. Refuses, and says why, a ledger
+    /// that rolled back, forked or rewrote its history. One JSON line per
+    /// log and round on stdout. Needs a reader's token (--token-file or
+    /// AGENTLEDGER_TOKEN).
+    Witness {
+        /// The witness's key (`key generate --witness`).
+        #[arg(long)]
+        key: PathBuf,
+        /// The ledger's URL (http://HOST:PORT).
+        #[arg(long)]
+        log: String,
+        /// The ledger's verifier key (`key show` on the ledger), or a file
+        /// holding it: only checkpoints it signed are cosigned.
+        #[arg(long)]
+        ledger_key: String,
+        /// Where the witness remembers the checkpoint it last cosigned per
+        /// log (JSON; made if missing). Keep it: it is what catches a fork.
+        #[arg(long)]
+        state: PathBuf,
+        /// One round, then exit: 0 if every log was cosigned, 1 if one was
+        /// refused.
+        #[arg(long)]
+        once: bool,
+        /// Milliseconds between rounds.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+    },
     /// RFC 9162 proofs from a partition's Merkle tree, as JSON (hashes in
     /// base64), for transparency-log clients: `proof inclusion OFFSET` in
     /// the tree of `--size` records, `proof consistency OLD` from the tree
@@ -534,6 +590,12 @@ fn signer(cli: &Cli) -> Result<Option<std::sync::Arc<agentledger::audit::note::S
     // Named without its content: the file is a secret.
     let key = agentledger::audit::note::SignerKey::parse(&text)
         .map_err(|e| anyhow::anyhow!("the checkpoint key {}: {e}", path.display()))?;
+    if key.kind() != agentledger::audit::note::KeyKind::Checkpoint {
+        anyhow::bail!(
+            "the checkpoint key {} is a witness's key (it cosigns, it cannot sign checkpoints)",
+            path.display()
+        );
+    }
     Ok(Some(std::sync::Arc::new(key)))
 }
 
@@ -705,9 +767,19 @@ fn run_command(cli: Cli) -> Result<i32> {
             since: Some(old),
             ..
         } => audit::verify_since(&cli, old, key.as_deref().unwrap_or_default()),
-        Command::Verify { export, key, .. } => {
-            audit::verify(&cli, export.as_deref(), key.as_deref())
-        }
+        Command::Verify {
+            export,
+            key,
+            witness_key,
+            witnesses,
+            ..
+        } => audit::verify(
+            &cli,
+            export.as_deref(),
+            key.as_deref(),
+            witness_key,
+            *witnesses,
+        ),
         Command::Checkpoint => audit::checkpoint(&cli),
         Command::Proof {
             what,
@@ -735,6 +807,24 @@ fn run_command(cli: Cli) -> Result<i32> {
         Command::Demo { dir } => demo::run(dir),
         Command::Token { command } => tokens::run(&cli, command),
         Command::Key { command } => audit::key(&cli, command),
+        Command::Witness {
+            key,
+            log,
+            ledger_key,
+            state,
+            once,
+            interval_ms,
+        } => witness::run(
+            &cli,
+            &witness::Args {
+                key,
+                log,
+                ledger_key,
+                state,
+                once: *once,
+                interval: std::time::Duration::from_millis((*interval_ms).max(10)),
+            },
+        ),
         Command::Schema => {
             outln!(
                 "{}",

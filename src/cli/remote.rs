@@ -69,7 +69,52 @@ pub fn server_for(cli: &Cli) -> Result<Option<Server>> {
     }
 }
 
+/// A server named by URL (a ledger a witness follows), with the token
+/// and CA the global flags give.
+pub fn connect(cli: &Cli, url: &str) -> Result<Server> {
+    let s = Server::new(url, token_for(cli)?, cli.tls_ca.as_deref())?;
+    if let Err(why) = s.health() {
+        bail!("{url}: no agentledger server answers there: {why}");
+    }
+    Ok(s)
+}
+
 impl Server {
+    /// The body at `path`; `None` when the server says 404.
+    pub fn fetch(&self, path: &str) -> Result<Option<Vec<u8>>> {
+        let r = self
+            .get(path)
+            .send()
+            .with_context(|| format!("GET {}{path}", self.base))?;
+        let status = r.status();
+        let body = r
+            .bytes()
+            .with_context(|| format!("GET {}{path}", self.base))?;
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            bail!(
+                "GET {}{path}: HTTP {status}: {}",
+                self.base,
+                String::from_utf8_lossy(&body).trim()
+            );
+        }
+        Ok(Some(body.to_vec()))
+    }
+
+    /// POST `body` as text to `path`: the status and the answer.
+    pub fn post_text(&self, path: &str, body: String) -> Result<(u16, String)> {
+        let r = self
+            .authorized(self.client.post(format!("{}{path}", self.base)))
+            .header("content-type", "text/plain; charset=utf-8")
+            .body(body)
+            .send()
+            .with_context(|| format!("POST {}{path}", self.base))?;
+        let status = r.status().as_u16();
+        Ok((status, r.text().unwrap_or_default()))
+    }
+
     /// Where the server answers.
     pub fn url(&self) -> &str {
         &self.base
@@ -181,11 +226,16 @@ impl Server {
     pub fn verify(
         &self,
         json: bool,
-        key: Option<&agentledger::audit::note::VerifierKey>,
+        trust: Option<&agentledger::audit::signed::Trust>,
     ) -> Result<Said> {
         let mut q = vec![("format", (if json { "json" } else { "text" }).to_string())];
-        if let Some(k) = key {
-            q.push(("key", k.to_string()));
+        if let Some(t) = trust {
+            q.push(("key", t.key.to_string()));
+            if !t.witnesses.is_empty() {
+                let keys: Vec<String> = t.witnesses.iter().map(|w| w.to_string()).collect();
+                q.push(("witness_keys", keys.join(",")));
+                q.push(("witnesses", t.need.to_string()));
+            }
         }
         let r = self
             .get("/v1/verify")

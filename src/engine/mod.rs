@@ -131,6 +131,11 @@ impl Engine {
         &self.views
     }
 
+    /// The key checkpoints are signed with, if any.
+    pub fn signer(&self) -> Option<&crate::audit::note::SignerKey> {
+        self.opts.signer.as_deref()
+    }
+
     pub fn log(&self) -> &Arc<dyn Log> {
         &self.log
     }

@@ -119,6 +119,14 @@ pub fn router(state: AppState) -> Router {
             get(super::tlog::checkpoint),
         )
         .route(
+            "/v1/log/{topic}/{partition}/witnessed",
+            get(super::tlog::witnessed),
+        )
+        .route(
+            "/v1/log/{topic}/{partition}/cosignatures",
+            post(super::tlog::cosignatures),
+        )
+        .route(
             "/v1/log/{topic}/{partition}/tile/{*path}",
             get(super::tlog::tile),
         )
@@ -663,6 +671,42 @@ pub struct VerifyParams {
     /// A verifier key whose signed checkpoints are checked too.
     #[serde(default)]
     key: Option<String>,
+    /// Witness keys, comma-separated, whose cosignatures are required.
+    #[serde(default)]
+    witness_keys: Option<String>,
+    /// How many of them must have cosigned (default: all).
+    #[serde(default)]
+    witnesses: Option<usize>,
+}
+
+/// The keys a verify request trusts.
+fn trust_of(p: &VerifyParams) -> Result<Option<crate::audit::signed::Trust>, Failure> {
+    use crate::audit::note::VerifierKey;
+    let bad = |what: &str, e: crate::audit::note::NoteError| {
+        Failure::new(Code::InvalidRequest, format!("{what}: {e}"))
+    };
+    let Some(key) = p.key.as_deref() else {
+        return if p.witness_keys.is_some() {
+            Err(Failure::new(
+                Code::InvalidRequest,
+                "witness_keys needs key (the ledger's)",
+            ))
+        } else {
+            Ok(None)
+        };
+    };
+    let key = VerifierKey::parse(key).map_err(|e| bad("key", e))?;
+    let witnesses = p
+        .witness_keys
+        .as_deref()
+        .unwrap_or_default()
+        .split(',')
+        .filter(|k| !k.trim().is_empty())
+        .map(|k| VerifierKey::parse(k).map_err(|e| bad("witness_keys", e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    crate::audit::signed::Trust::new(key, witnesses, p.witnesses)
+        .map(Some)
+        .map_err(|why| Failure::new(Code::InvalidRequest, why))
 }
 
 /// `verify` of the log, read beside the writer (it never blocks the ledger
@@ -676,12 +720,9 @@ async fn verify(
         s.ledger.metrics.http("/v1/verify", r.status().as_u16());
         return r;
     }
-    let key = match p.key.as_deref().map(crate::audit::note::VerifierKey::parse) {
-        None => None,
-        Some(Ok(k)) => Some(k),
-        Some(Err(e)) => {
-            return failure_response(Failure::new(Code::InvalidRequest, format!("key: {e}")))
-        }
+    let trust = match trust_of(&p) {
+        Ok(t) => t,
+        Err(f) => return failure_response(f),
     };
     let Ok(_slot) = s.slots.clone().try_acquire_owned() else {
         return overloaded(s.opts.max_in_flight);
@@ -689,7 +730,7 @@ async fn verify(
     let json = p.format.as_deref() != Some("text");
     let log = s.ledger.log.clone();
     let said = tokio::task::spawn_blocking(move || {
-        queries::verify(log.as_ref(), json, &|_| {}, key.as_ref())
+        queries::verify(log.as_ref(), json, &|_| {}, trust.as_ref())
     })
     .await;
     let response = match said {

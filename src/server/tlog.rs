@@ -53,7 +53,13 @@ fn with_type(body: Vec<u8>, kind: &'static str) -> Response {
     r
 }
 
-async fn checkpoint_of(s: &AppState, asked: &Asked, topic: String, partition: u32) -> Response {
+async fn checkpoint_of(
+    s: &AppState,
+    asked: &Asked,
+    topic: String,
+    partition: u32,
+    witnessed_only: bool,
+) -> Response {
     let c = match caller(s, asked) {
         Ok(c) => c,
         Err(f) => return failure_response(f),
@@ -61,15 +67,29 @@ async fn checkpoint_of(s: &AppState, asked: &Asked, topic: String, partition: u3
     let parts = s.ledger.log.clone();
     let note = read_job(s, c, move |engine| {
         let t = chained(&topic, partition, |t| parts.partitions(t))?;
-        engine
-            .views()
+        let views = engine.views();
+        let view_err = |e: crate::views::ViewError| Failure::new(Code::ViewError, e.to_string());
+        let witnessed = views.witnessed_note(t, partition).map_err(view_err)?;
+        if witnessed_only {
+            return witnessed.map(|(_, n)| n).ok_or_else(|| {
+                not_found(format!(
+                    "no witness has cosigned a checkpoint of {topic}/{partition} yet"
+                ))
+            });
+        }
+        let latest = views
             .checkpoint_note(t, partition)
-            .map_err(|e| Failure::new(Code::ViewError, e.to_string()))?
+            .map_err(view_err)?
             .ok_or_else(|| {
                 not_found(format!(
                     "{topic}/{partition} has no signed checkpoint yet (serve with a checkpoint key)"
                 ))
-            })
+            })?;
+        // The latest checkpoint, with its cosignatures once it has some.
+        Ok(match witnessed {
+            Some((_, cosigned)) if cosigned.starts_with(&latest) => cosigned,
+            _ => latest,
+        })
     })
     .await;
     match note {
@@ -120,8 +140,68 @@ pub async fn checkpoint(
     asked: Asked,
     Path((topic, partition)): Path<(String, u32)>,
 ) -> Response {
-    let r = checkpoint_of(&s, &asked, topic, partition).await;
+    let r = checkpoint_of(&s, &asked, topic, partition, false).await;
     counted(&s, "/v1/log/{topic}/{partition}/checkpoint", r)
+}
+
+/// `GET …/witnessed`: the largest checkpoint witnesses cosigned, with
+/// every cosignature received for it.
+pub async fn witnessed(
+    State(s): State<AppState>,
+    asked: Asked,
+    Path((topic, partition)): Path<(String, u32)>,
+) -> Response {
+    let r = checkpoint_of(&s, &asked, topic, partition, true).await;
+    counted(&s, "/v1/log/{topic}/{partition}/witnessed", r)
+}
+
+/// `POST …/cosignatures`: a witness hands back the checkpoint note with
+/// its cosignature line; kept if the note is this ledger's own checkpoint.
+pub async fn cosignatures(
+    State(s): State<AppState>,
+    asked: Asked,
+    Path((topic, partition)): Path<(String, u32)>,
+    body: axum::body::Bytes,
+) -> Response {
+    let c = match caller(&s, &asked) {
+        Ok(c) => c,
+        Err(f) => {
+            return counted(
+                &s,
+                "/v1/log/{topic}/{partition}/cosignatures",
+                failure_response(f),
+            )
+        }
+    };
+    let log = s.ledger.log.clone();
+    let kept = read_job(&s, c, move |engine| {
+        let t = chained(&topic, partition, |t| log.partitions(t))?;
+        let Ok(note) = std::str::from_utf8(&body) else {
+            return Err(Failure::new(
+                Code::MalformedJson,
+                "the note is not UTF-8 text",
+            ));
+        };
+        let Some(key) = engine.signer() else {
+            return Err(Failure::new(
+                Code::InvalidRequest,
+                "this ledger signs no checkpoints (serve with a checkpoint key)",
+            ));
+        };
+        crate::audit::witness::accept(log.as_ref(), engine.views(), key, t, partition, note)
+            .map_err(|e| Failure::new(e.code(), e.to_string()))
+    })
+    .await;
+    let r = match kept {
+        Ok(n) => with_type(
+            serde_json::json!({"ok": true, "kept": n})
+                .to_string()
+                .into_bytes(),
+            "application/json",
+        ),
+        Err(r) => r,
+    };
+    counted(&s, "/v1/log/{topic}/{partition}/cosignatures", r)
 }
 
 pub async fn tile(
@@ -134,7 +214,7 @@ pub async fn tile(
 }
 
 pub async fn first_checkpoint(State(s): State<AppState>, asked: Asked) -> Response {
-    let r = checkpoint_of(&s, &asked, "ledger".into(), 0).await;
+    let r = checkpoint_of(&s, &asked, "ledger".into(), 0, false).await;
     counted(&s, "/checkpoint", r)
 }
 

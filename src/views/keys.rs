@@ -19,9 +19,10 @@ pub const CONTENT_REF: u8 = b'b';
 pub const TOKEN: u8 = b'n';
 pub const TOKEN_ID: u8 = b'i';
 pub const CHECKPOINT_NOTE: u8 = b'y';
+pub const WITNESSED_NOTE: u8 = b'z';
 pub const FORMAT: u8 = b'_';
 
-pub const ALL_PREFIXES: [(u8, &str); 15] = [
+pub const ALL_PREFIXES: [(u8, &str); 16] = [
     (OFFSET, "offsets"),
     (AGENT, "agents"),
     (VERSION, "versions"),
@@ -34,6 +35,7 @@ pub const ALL_PREFIXES: [(u8, &str); 15] = [
     (TASK, "tasks"),
     (CHECKPOINTED, "checkpoint_marks"),
     (CHECKPOINT_NOTE, "checkpoint_notes"),
+    (WITNESSED_NOTE, "witnessed_notes"),
     (CONTENT_REF, "content_refs"),
     (TOKEN, "tokens"),
     (TOKEN_ID, "token_ids"),
@@ -113,6 +115,14 @@ pub fn checkpointed(topic: Topic, partition: u32) -> Vec<u8> {
 pub fn checkpoint_note(topic: Topic, partition: u32) -> Vec<u8> {
     with(
         CHECKPOINT_NOTE,
+        &[&[topic.index()], &partition.to_be_bytes()],
+    )
+}
+/// The largest checkpoint of a partition that witnesses cosigned: its size
+/// and note with every cosignature line received.
+pub fn witnessed_note(topic: Topic, partition: u32) -> Vec<u8> {
+    with(
+        WITNESSED_NOTE,
         &[&[topic.index()], &partition.to_be_bytes()],
     )
 }

@@ -290,6 +290,15 @@ impl Views {
         self.get_typed(&keys::checkpoint_note(topic, partition))
     }
 
+    /// The largest cosigned checkpoint of the partition: size and note.
+    pub fn witnessed_note(
+        &self,
+        topic: Topic,
+        partition: u32,
+    ) -> Result<Option<(u64, String)>, ViewError> {
+        self.get_typed(&keys::witnessed_note(topic, partition))
+    }
+
     pub fn checkpoint_mark(
         &self,
         topic: Topic,
