@@ -671,6 +671,24 @@ mod tests {
                     at: 15,
                 }),
             ),
+            (
+                "sealed_context",
+                LedgerEvent::SealedContext(crate::model::SealedContext {
+                    master_run: "m1".into(),
+                    task: "t1".into(),
+                    kind: "task_opened".into(),
+                    sealed: vec![0xde, 0xad, 0xbe, 0xef],
+                }),
+            ),
+            (
+                "context_erased",
+                LedgerEvent::ContextErased(crate::model::ContextErased {
+                    task: "t1".into(),
+                    master_run: "m1".into(),
+                    at: 16,
+                    expired: true,
+                }),
+            ),
         ]
     }
 
@@ -695,10 +713,11 @@ mod tests {
             .iter()
             .map(|(_, e)| match e {
                 LedgerEvent::Context(_) => "context",
+                LedgerEvent::SealedContext(_) => "sealed_context",
                 e => e.kind(),
             })
             .collect();
-        assert_eq!(kinds.len(), 11, "{kinds:?}");
+        assert_eq!(kinds.len(), 13, "{kinds:?}");
     }
 
     /// The bodies of [`every_variant`] as this wire format writes them,
@@ -774,7 +793,9 @@ mod tests {
             "context_refused",
             "07026d3107027431086765745f626c6f620b6e6f745f6772616e746564016d0107776561746865720f",
         ),
-    ];
+        ("sealed_context", "0b026d310274310b7461736b5f6f70656e656404deadbeef"),
+        ("context_erased", "0c027431026d311001"),
+];
 
     fn sample_record() -> Vec<u8> {
         encode(&sample(), "ev-1", "r1", 1_700_000_000_000, "w1", 0).unwrap()

@@ -47,6 +47,7 @@ pub mod codes;
 pub mod content_store;
 pub mod context;
 pub mod engine;
+pub mod erasure;
 pub mod error;
 pub mod limits;
 pub mod log;

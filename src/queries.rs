@@ -138,11 +138,12 @@ fn trail(
         steps.retain(|(_, s)| point.includes(s));
     }
     let mut out = String::new();
+    let erased = report::erasures(&steps);
     for (r, s) in &steps {
         if json {
             line!(out, "{}", report::step_json(r, s));
         } else {
-            line!(out, "{}", report::step_line(r, s));
+            line!(out, "{}", report::step_line_with(r, s, &erased));
         }
     }
     Ok(Said::answered(out))

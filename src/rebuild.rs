@@ -39,11 +39,13 @@ pub fn rebuild_views(dd: &DataDir, log: &dyn Log, progress: &dyn Fn(u64)) -> Res
     let io = |what: &str, e: std::io::Error| LedgerError::io(what, e);
     let _ = fs::remove_dir_all(&fresh);
     let _ = fs::remove_dir_all(&old);
+    let keys = dd.key_store()?;
     // The live views are read only to compare digests: damaged ones (sled
     // may panic on them) are simply not compared.
     let previous_digest = if live.exists() {
         let digest = crate::engine::guarded(|| {
-            let v = Views::open(&live)?;
+            let mut v = Views::open(&live)?;
+            v.set_keys(keys.clone());
             project_all(log, &v, &|_| {})?;
             Ok::<_, LedgerError>(v.digest()?)
         });
@@ -64,7 +66,8 @@ pub fn rebuild_views(dd: &DataDir, log: &dyn Log, progress: &dyn Fn(u64)) -> Res
         None
     };
     let (records, digest) = {
-        let views = Views::open(&fresh)?;
+        let mut views = Views::open(&fresh)?;
+        views.set_keys(keys.clone());
         let records = project_all(log, &views, progress)?;
         // The Merkle tiles are derived data too: as far as checkpoints go,
         // so a server can serve them at once.

@@ -58,7 +58,9 @@ pub fn collect_trail(
                 fetched.remove(0)
             }
         };
-        let rec = codec::decode(&raw.payload)?;
+        let mut rec = codec::decode(&raw.payload)?;
+        // Sealed context records read in clear while their task's key is held.
+        rec.event = crate::erasure::seal::open_event(views.keys(), rec.event);
         steps.push((
             run,
             TrailStep {
@@ -111,8 +113,29 @@ fn labels_text(labels: &[String]) -> String {
     format!("[{}]", shown.join(", "))
 }
 
+/// When each task whose erasure is among `steps` was erased.
+pub fn erasures(steps: &[(String, TrailStep)]) -> std::collections::BTreeMap<String, u64> {
+    steps
+        .iter()
+        .filter_map(|(_, s)| match &s.event {
+            LedgerEvent::ContextErased(e) => Some((e.task.clone(), e.at)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// One readable line for a step.
 pub fn step_line(run: &str, s: &TrailStep) -> String {
+    step_line_with(run, s, &std::collections::BTreeMap::new())
+}
+
+/// [`step_line`], saying when a sealed record's content was erased where
+/// `erased` knows (see [`erasures`]).
+pub fn step_line_with(
+    run: &str,
+    s: &TrailStep,
+    erased: &std::collections::BTreeMap<String, u64>,
+) -> String {
     let body = match &s.event {
         LedgerEvent::AgentPublished(v) => {
             format!("published agent {} v{}", shown(&v.agent), v.version)
@@ -236,6 +259,21 @@ pub fn step_line(run: &str, s: &TrailStep) -> String {
             )
         }
         LedgerEvent::Context(c) => context_line(&c.master_run, &c.event),
+        LedgerEvent::SealedContext(c) => format!(
+            "{} of task {}: content erased {}(the sealed record still verifies)",
+            c.kind,
+            shown(&c.task),
+            match erased.get(&c.task) {
+                Some(at) => format!("at {} ", rfc3339_ms(*at)),
+                None => "(its key is gone) ".to_owned(),
+            }
+        ),
+        LedgerEvent::ContextErased(e) => format!(
+            "context of task {} erased at {} ({}): its records stay sealed, verifiable and unreadable",
+            shown(&e.task),
+            rfc3339_ms(e.at),
+            if e.expired { "its time to live ran out" } else { "forgotten on request" }
+        ),
         LedgerEvent::RunDispatched(e) => {
             if e.opened.is_empty() {
                 "dispatched: no listener opened".to_string()
@@ -385,7 +423,13 @@ pub fn artifact_json(a: &ArtifactRef) -> Value {
 
 /// One JSON object for a step.
 pub fn step_json(run: &str, s: &TrailStep) -> Value {
-    let mut detail = serde_json::to_value(&s.event).unwrap_or(Value::Null);
+    let mut detail = match &s.event {
+        // Ciphertext says nothing to a reader: what it was, and that it is gone.
+        LedgerEvent::SealedContext(c) => {
+            json!({"SealedContext": {"master_run": c.master_run, "task": c.task, "kind": c.kind, "erased": true}})
+        }
+        e => serde_json::to_value(e).unwrap_or(Value::Null),
+    };
     // Externally tagged {"RunOpened": {...}}: keep the inner object.
     if let Value::Object(m) = &mut detail {
         if m.len() == 1 {

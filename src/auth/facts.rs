@@ -31,6 +31,7 @@ pub fn gather(views: &Views, request: &Request) -> Result<Facts, ViewError> {
         Request::PutBlob(p) => master_of(&p.task, &mut facts)?,
         Request::SendContext(s) => master_of(&s.task, &mut facts)?,
         Request::Evaluate(e) => master_of(&e.task, &mut facts)?,
+        Request::ForgetTask(f) => master_of(&f.task, &mut facts)?,
         Request::PublishAgent(_)
         | Request::Dispatch(_)
         | Request::GetContext(_)

@@ -121,7 +121,8 @@ fn platform_op(
         Request::UpdateTask(_)
         | Request::PutBlob(_)
         | Request::SendContext(_)
-        | Request::Evaluate(_) => master(&who, facts.task_master.as_deref(), "the task", refuse),
+        | Request::Evaluate(_)
+        | Request::ForgetTask(_) => master(&who, facts.task_master.as_deref(), "the task", refuse),
         Request::ReadArtifact(_)
         | Request::GetContext(_)
         | Request::GetBlob(_)
@@ -151,7 +152,8 @@ fn agent_op(name: &str, r: &Request, facts: &Facts, refuse: &Refuse) -> Result<(
         Request::UpdateTask(_)
         | Request::PutBlob(_)
         | Request::SendContext(_)
-        | Request::Evaluate(_) => master(
+        | Request::Evaluate(_)
+        | Request::ForgetTask(_) => master(
             &format!("agent:{name}"),
             facts.task_master.as_deref(),
             "the task",

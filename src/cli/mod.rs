@@ -88,6 +88,20 @@ pub struct Cli {
         requires = "kafka_user"
     )]
     pub kafka_password_file: Option<PathBuf>,
+    /// Seal each task's context records with a key of its own, erased
+    /// when the task's context expires or is forgotten: on (default on the
+    /// embedded log), off, or auto (on the embedded log; off on Kafka,
+    /// where keys would live with one instance only).
+    #[arg(
+        long,
+        global = true,
+        default_value = "auto",
+        env = "AGENTLEDGER_SEAL_CONTEXT"
+    )]
+    pub seal_context: SealContext,
+    /// How long a task's context (its key) lives, in seconds.
+    #[arg(long, global = true, default_value_t = agentledger::engine::DEFAULT_CONTEXT_TTL_MS / 1000)]
+    pub context_ttl_secs: u64,
     /// Partitions of the ledger topic when it is created.
     #[arg(long, global = true, default_value_t = 4)]
     pub ledger_partitions: u32,
@@ -201,6 +215,13 @@ impl Command {
             _ => None,
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SealContext {
+    Auto,
+    On,
+    Off,
 }
 
 #[derive(Subcommand)]
@@ -602,6 +623,12 @@ fn signer(cli: &Cli) -> Result<Option<std::sync::Arc<agentledger::audit::note::S
 pub fn options(cli: &Cli) -> Result<EngineOptions> {
     let mut o = EngineOptions {
         signer: signer(cli)?,
+        seal_context: match cli.seal_context {
+            SealContext::On => true,
+            SealContext::Off => false,
+            SealContext::Auto => cli.kafka.is_none(),
+        },
+        context_ttl_ms: cli.context_ttl_secs.saturating_mul(1000),
         ..EngineOptions::default()
     };
     o.embedded.topic_prefix = cli.topic_prefix.clone();

@@ -314,7 +314,18 @@ impl ContextEvent {
         }
     }
 
-    /// The `Refused` event recording `error`.
+    /// Every kind's name, as [`Self::kind`] gives them.
+    pub const KINDS: [&'static str; 8] = [
+        "task_opened",
+        "context_sent",
+        "context_returned",
+        "context_evaluated",
+        "task_updated",
+        "blob_put",
+        "blob_read",
+        "context_refused",
+    ];
+
     /// The trail's name for this kind of exchange.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -329,6 +340,7 @@ impl ContextEvent {
         }
     }
 
+    /// The `Refused` event recording `error`.
     pub fn refused(
         task: &str,
         op: &str,

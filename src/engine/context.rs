@@ -35,23 +35,151 @@ fn refusal(e: &ContextError) -> LedgerError {
 
 impl Engine {
     pub fn task(&self, task: &str) -> Result<TaskState> {
-        self.views.task(task)?.ok_or_else(|| {
-            Refusal::new(Code::UnknownTask, format!("no task {task:?} in the ledger")).into()
-        })
+        if let Some(state) = self.views.task(task)? {
+            return Ok(state);
+        }
+        if let Some(at) = self.views.task_erased_at(task)? {
+            return Err(Refusal::new(
+                Code::Expired,
+                format!(
+                    "task {task:?}: its context was erased at {}",
+                    crate::report::rfc3339_ms(at)
+                ),
+            )
+            .into());
+        }
+        if self.views.sealed_task_master(task)?.is_some() {
+            return Err(Refusal::new(
+                Code::Expired,
+                format!("task {task:?}: its context was erased (its key is gone)"),
+            )
+            .into());
+        }
+        Err(Refusal::new(Code::UnknownTask, format!("no task {task:?} in the ledger")).into())
     }
 
-    /// Record a context event in the master run's trail.
-    fn record_context(&mut self, master_run: &str, event: ContextEvent) -> Result<()> {
+    /// Erase a task's context now: its key deleted first (that is the
+    /// erasure), then the erasure recorded in the master run's trail. Says
+    /// whether it was erased now, and when it was.
+    pub fn forget_task(&mut self, task: &str) -> Result<(bool, u64)> {
+        if let Some(at) = self.views.task_erased_at(task)? {
+            return Ok((false, at));
+        }
+        let Some(master_run) = self.views.sealed_task_master(task)? else {
+            return Err(match self.views.task(task)? {
+                Some(_) => Refusal::new(
+                    Code::InvalidRequest,
+                    format!(
+                        "task {task:?} is not sealed (opened with --seal-context off): its context cannot be erased"
+                    ),
+                ),
+                None => Refusal::new(Code::UnknownTask, format!("no task {task:?} in the ledger")),
+            }
+            .into());
+        };
+        let now = self.now_ms();
+        self.erase(task, &master_run, now, false)?;
+        Ok((true, now))
+    }
+
+    /// Delete the task's key, then record that it is gone.
+    fn erase(&mut self, task: &str, master_run: &str, at: u64, expired: bool) -> Result<()> {
+        if let Some(keys) = &self.keys {
+            keys.forget(task).map_err(|e| {
+                LedgerError::io(
+                    "erasing the task's key",
+                    std::io::Error::other(e.to_string()),
+                )
+            })?;
+        }
         let run = self.existing_run(master_run)?;
         let step = run.next_step;
         self.commit(vec![Decided::step(
             &run,
             step,
-            LedgerEvent::Context(Box::new(ContextRecord {
-                master_run: master_run.to_string(),
-                event,
-            })),
+            LedgerEvent::ContextErased(ContextErased {
+                task: task.to_owned(),
+                master_run: master_run.to_owned(),
+                at,
+                expired,
+            }),
         )])?;
+        Ok(())
+    }
+
+    /// Erase the context of every task whose time to live has run out;
+    /// how many were.
+    pub fn erase_expired_tasks(&mut self) -> Result<usize> {
+        let Some(keys) = self.keys.clone() else {
+            return Ok(0);
+        };
+        let now = self.now_ms();
+        let expired = keys.expired(now).map_err(|e| {
+            LedgerError::io(
+                "reading the task keys",
+                std::io::Error::other(e.to_string()),
+            )
+        })?;
+        let mut n = 0;
+        for e in expired {
+            match self.views.sealed_task_master(&e.task)? {
+                Some(master) if self.views.task_erased_at(&e.task)?.is_none() => {
+                    self.erase(&e.task, &master, e.expires_at.min(now), true)?;
+                }
+                // A key with no sealed state here (another instance's
+                // task, or erased already): the key goes all the same.
+                _ => {
+                    keys.forget(&e.task).map_err(|e| {
+                        LedgerError::io(
+                            "erasing a task's key",
+                            std::io::Error::other(e.to_string()),
+                        )
+                    })?;
+                }
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Record a context event in the master run's trail: sealed with its
+    /// task's key when the task has one.
+    fn record_context(&mut self, master_run: &str, event: ContextEvent) -> Result<()> {
+        let run = self.existing_run(master_run)?;
+        let step = run.next_step;
+        let record = ContextRecord {
+            master_run: master_run.to_string(),
+            event,
+        };
+        let key = self
+            .keys
+            .as_ref()
+            .and_then(|k| crate::erasure::TaskKeys::key(k.as_ref(), record.event.task()));
+        let body = match key {
+            Some(key) => LedgerEvent::SealedContext(
+                crate::erasure::seal::seal_record(&key, &record)
+                    .map_err(|_| LedgerError::Internal("sealing a context record"))?,
+            ),
+            None => LedgerEvent::Context(Box::new(record)),
+        };
+        self.commit(vec![Decided::step(&run, step, body)])?;
+        Ok(())
+    }
+
+    /// Make the task's key before its first record, when context is sealed.
+    fn make_task_key(&mut self, task: &str) -> Result<()> {
+        if !self.opts.seal_context {
+            return Ok(());
+        }
+        if let Some(keys) = &self.keys {
+            let until = self.now_ms().saturating_add(self.opts.context_ttl_ms);
+            keys.create(task, until).map_err(|e| {
+                LedgerError::io(
+                    "making the task's key",
+                    std::io::Error::other(e.to_string()),
+                )
+            })?;
+        }
         Ok(())
     }
 
@@ -113,7 +241,10 @@ impl Engine {
             )
         };
         match d {
-            Ok(ev) => self.record_context(master_run, ev),
+            Ok(ev) => {
+                self.make_task_key(task)?;
+                self.record_context(master_run, ev)
+            }
             Err(e) => {
                 let shown: String = task.chars().take(128).collect();
                 let now = self.now_ms();

@@ -20,7 +20,7 @@ pub use context::{SendAnswer, TaskStats};
 pub use dispatcher::{DispatchAnswer, OpenedListener, RefusedListener, WithheldRun};
 pub(crate) use open::guarded;
 pub use open::DataDir;
-pub use options::{system_clock, Clock, EngineOptions};
+pub use options::{system_clock, Clock, EngineOptions, DEFAULT_CONTEXT_TTL_MS};
 pub use registry::{PublishAgent, PublishAnswer};
 pub use runs::{CloseAnswer, CloseRun, OpenAnswer, ReadAnswer};
 
@@ -43,6 +43,9 @@ pub struct Engine {
     views: Views,
     store: ContentStore,
     opts: EngineOptions,
+    /// The data dir's task keys (none for an engine assembled from parts:
+    /// it seals nothing).
+    keys: Option<Arc<crate::erasure::KeyStore>>,
     /// In-memory index of current agent versions for the loop search, and
     /// the registry offset it is up to date with; built from the views on
     /// first use (see `registry::agent_index`).
@@ -84,9 +87,11 @@ impl Engine {
 
     /// The data dir's views and content store around a log, caught up.
     fn open_on(dd: DataDir, lock: File, log: Arc<dyn Log>, opts: EngineOptions) -> Result<Self> {
-        let views = open::open_views(&dd, log.as_ref())?;
+        let keys = dd.key_store()?;
+        let views = open::open_views(&dd, log.as_ref(), &keys)?;
         let store = ContentStore::open(dd.blobs())?;
         let mut engine = Self::with_parts(log, views, store, opts);
+        engine.keys = Some(keys);
         engine._lock = Some(lock);
         engine.caught_up_at = Some(std::time::Instant::now());
         Ok(engine)
@@ -117,6 +122,7 @@ impl Engine {
             views,
             store,
             opts,
+            keys: None,
             agent_index: None,
             caught_up_at: None,
             attestation: Default::default(),
@@ -175,6 +181,14 @@ impl Engine {
     /// so references another writer recorded count.
     pub fn sweep_content(&mut self, grace: Duration) -> Result<crate::content_store::SweepReport> {
         self.catch_up(&|_| {})?;
+        // Context past its time to live goes with its key (see `erasure`).
+        let erased = self.erase_expired_tasks()?;
+        if erased > 0 {
+            tracing::info!(
+                erased,
+                "erased the context of tasks past their time to live"
+            );
+        }
         let now = self.now_ms();
         let views = &self.views;
         self.store.sweep(

@@ -7,12 +7,14 @@
 //! log, and the engine says so on stderr. Nothing here ever needs the old
 //! views, so a damaged store never stops a command, `rebuild` included.
 
+use crate::erasure::KeyStore;
 use crate::error::{LedgerError, Result};
 use crate::log::{Log, Topic};
 use crate::views::{ViewError, Views};
 use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Paths inside a data directory.
 pub struct DataDir {
@@ -34,6 +36,19 @@ impl DataDir {
     /// Where views that could not be trusted are moved (the last set only).
     pub fn views_set_aside(&self) -> PathBuf {
         self.root.join("views.set-aside")
+    }
+    /// Task keys (see `crate::erasure`): beside the content store.
+    pub fn keys(&self) -> PathBuf {
+        self.root.join("keys")
+    }
+    /// The task keys of this data dir.
+    pub fn key_store(&self) -> Result<Arc<KeyStore>> {
+        KeyStore::open(self.keys()).map(Arc::new).map_err(|e| {
+            LedgerError::io(
+                "opening the task keys",
+                std::io::Error::other(e.to_string()),
+            )
+        })
     }
     pub fn blobs(&self) -> PathBuf {
         self.root.join("blobs")
@@ -93,8 +108,8 @@ enum Distrust {
 /// The views of `dd`, caught up with `log`: the ones on disk when they can
 /// be trusted, else fresh ones projected from the log (the old ones are
 /// moved to [`DataDir::views_set_aside`]).
-pub(crate) fn open_views(dd: &DataDir, log: &dyn Log) -> Result<Views> {
-    let why = match trusted_views(&dd.views(), log) {
+pub(crate) fn open_views(dd: &DataDir, log: &dyn Log, keys: &Arc<KeyStore>) -> Result<Views> {
+    let why = match trusted_views(&dd.views(), log, keys) {
         Ok(views) => return Ok(views),
         Err(Distrust::Log(e)) => return Err(e),
         Err(Distrust::Views(why)) => why,
@@ -113,7 +128,7 @@ pub(crate) fn open_views(dd: &DataDir, log: &dyn Log) -> Result<Views> {
             )
         })?;
     }
-    match trusted_views(&dd.views(), log) {
+    match trusted_views(&dd.views(), log, keys) {
         Ok(views) => Ok(views),
         Err(Distrust::Log(e)) => Err(e),
         Err(Distrust::Views(why)) => Err(crate::views::ViewError::Inconsistent(format!(
@@ -126,8 +141,12 @@ pub(crate) fn open_views(dd: &DataDir, log: &dyn Log) -> Result<Views> {
 
 /// Open the views in `dir` and catch them up with the log, or say why they
 /// cannot be trusted.
-fn trusted_views(dir: &Path, log: &dyn Log) -> std::result::Result<Views, Distrust> {
-    let views = match guarded(|| Views::open(dir)) {
+fn trusted_views(
+    dir: &Path,
+    log: &dyn Log,
+    keys: &Arc<KeyStore>,
+) -> std::result::Result<Views, Distrust> {
+    let mut views = match guarded(|| Views::open(dir)) {
         Ok(Ok(v)) => v,
         Ok(Err(ViewError::StaleFormat { found, want })) => {
             return Err(Distrust::Views(format!(
@@ -143,6 +162,7 @@ fn trusted_views(dir: &Path, log: &dyn Log) -> std::result::Result<Views, Distru
             )))
         }
     };
+    views.set_keys(keys.clone());
     let checked = check_and_catch_up(&views, log);
     match checked {
         Ok(()) => Ok(views),

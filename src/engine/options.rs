@@ -35,7 +35,16 @@ pub struct EngineOptions {
     pub max_staleness: Duration,
     /// Signs each checkpoint's Merkle root (C2SP signed note) when set.
     pub signer: Option<std::sync::Arc<crate::audit::note::SignerKey>>,
+    /// Seal each new task's context records with a key of its own (see
+    /// `crate::erasure`). Keys live in the data dir of the instance that
+    /// opened the task.
+    pub seal_context: bool,
+    /// How long a task's key (and so its context) lives, in milliseconds.
+    pub context_ttl_ms: u64,
 }
+
+/// Default life of a task's context: 30 days.
+pub const DEFAULT_CONTEXT_TTL_MS: u64 = 30 * 24 * 3600 * 1000;
 
 impl Default for EngineOptions {
     fn default() -> Self {
@@ -46,6 +55,8 @@ impl Default for EngineOptions {
             embedded: EmbeddedConfig::default(),
             max_staleness: Duration::ZERO,
             signer: None,
+            seal_context: true,
+            context_ttl_ms: DEFAULT_CONTEXT_TTL_MS,
         }
     }
 }

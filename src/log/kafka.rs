@@ -502,17 +502,54 @@ fn consumer_config(config: &KafkaConfig) -> ClientConfig {
 #[derive(Default)]
 struct ProbeCtx {
     last: Mutex<Option<(Option<RDKafkaErrorCode>, String)>>,
+    /// The first refusal (login, certificate) seen: kept, where later
+    /// errors of the same failure ("all brokers down") would replace it.
+    refused: Mutex<Option<String>>,
+}
+
+/// What librdkafka says when the brokers refuse the client itself, rather
+/// than cannot be reached: reported at once instead of waiting out the
+/// timeout. Its logs carry these even when no error event is delivered
+/// (seen on a loaded machine).
+fn is_refusal(message: &str) -> bool {
+    [
+        "SSL handshake failed",
+        "certificate verify failed",
+        "SASL authentication error",
+        "Authentication failed",
+    ]
+    .iter()
+    .any(|m| message.contains(m))
+}
+
+impl ProbeCtx {
+    fn refuse(&self, reason: &str) {
+        let mut r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if r.is_none() {
+            *r = Some(reason.to_owned());
+        }
+    }
 }
 
 impl ClientContext for ProbeCtx {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        if is_refusal(message) {
+            self.refuse(message);
+        }
         log_to_tracing(level, fac, message)
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(target: "librdkafka", "{error}: {reason}");
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((error.rdkafka_error_code(), reason.to_owned()));
+        let code = error.rdkafka_error_code();
+        if matches!(
+            code,
+            Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SSL)
+        ) || is_refusal(reason)
+        {
+            self.refuse(reason);
+        }
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((code, reason.to_owned()));
     }
 }
 
@@ -534,24 +571,25 @@ fn probe(
         // Serves the client's event queue: the brokers' complaints reach
         // the context through it.
         let _ = probe.poll(Duration::ZERO);
+        let refused = probe
+            .context()
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(reason) = refused {
+            return Err(LogError::Config(format!(
+                "Kafka at {} refused the connection over {}: {reason}",
+                config.brokers,
+                config.security.describe()
+            )));
+        }
         let last = probe
             .context()
             .last
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        if let Some((code, reason)) = &last {
-            if matches!(
-                code,
-                Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SSL)
-            ) {
-                return Err(LogError::Config(format!(
-                    "Kafka at {} refused the connection over {}: {reason}",
-                    config.brokers,
-                    config.security.describe()
-                )));
-            }
-        }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             if let Some((_, reason)) = last {

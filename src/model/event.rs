@@ -318,6 +318,29 @@ pub struct ContextRecord {
     pub event: crate::context::ContextEvent,
 }
 
+/// A context record sealed with its task's key (see `crate::erasure`):
+/// in clear only what places it (task, master run, kind); the record
+/// itself is `nonce ‖ ciphertext ‖ tag` of its bincode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SealedContext {
+    pub master_run: String,
+    pub task: String,
+    /// The sealed event's kind (`task_opened`, `context_sent`, …).
+    pub kind: String,
+    pub sealed: Vec<u8>,
+}
+
+/// A task's context erased: its key deleted, forgotten on request or
+/// expired. A step of the master run's trail.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextErased {
+    pub task: String,
+    pub master_run: String,
+    pub at: u64,
+    /// Erased because its time to live ran out (else on request).
+    pub expired: bool,
+}
+
 /// Every kind of ledger record body. New variants go at the end: bincode
 /// numbers them by position.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -334,6 +357,8 @@ pub enum LedgerEvent {
     Forbidden(Forbidden),
     TokenIssued(TokenIssued),
     TokenRevoked(TokenRevoked),
+    SealedContext(SealedContext),
+    ContextErased(ContextErased),
 }
 
 impl LedgerEvent {
@@ -351,6 +376,8 @@ impl LedgerEvent {
             LedgerEvent::ListenerRefused(e) => Some(&e.source_run),
             LedgerEvent::RunDispatched(e) => Some(&e.run),
             LedgerEvent::Context(c) => Some(&c.master_run),
+            LedgerEvent::SealedContext(c) => Some(&c.master_run),
+            LedgerEvent::ContextErased(c) => Some(&c.master_run),
         }
     }
 
@@ -367,6 +394,12 @@ impl LedgerEvent {
             LedgerEvent::Forbidden(_) => "forbidden",
             LedgerEvent::TokenIssued(_) => "token_issued",
             LedgerEvent::TokenRevoked(_) => "token_revoked",
+            LedgerEvent::SealedContext(c) => crate::context::ContextEvent::KINDS
+                .iter()
+                .find(|k| **k == c.kind)
+                .copied()
+                .unwrap_or("context"),
+            LedgerEvent::ContextErased(_) => "context_erased",
         }
     }
 }

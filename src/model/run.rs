@@ -114,6 +114,8 @@ impl Run {
             LedgerEvent::AgentPublished(_)
             | LedgerEvent::RunOpened(_)
             | LedgerEvent::Context(_)
+            | LedgerEvent::SealedContext(_)
+            | LedgerEvent::ContextErased(_)
             | LedgerEvent::Forbidden(_)
             | LedgerEvent::TokenIssued(_)
             | LedgerEvent::TokenRevoked(_) => {}

@@ -120,19 +120,36 @@ pub fn evolve(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Evolv
             }
         }
         LedgerEvent::Context(c) => {
-            if let crate::context::ContextEvent::BlobPut {
-                uri, expires_at, ..
-            } = &c.event
-            {
-                if let Ok(parsed) = crate::context::parse_context_uri(uri) {
-                    hold_content(txn, &parsed.sha256(), *expires_at)?;
-                }
-            }
+            hold_blob(txn, &c.event)?;
             let key = keys::task(c.event.task());
             let state: Option<crate::context::TaskState> = txn.get(&key)?;
             if let Some(next) = crate::context::evolve(state, &c.event) {
                 txn.put(key, &next);
             }
+        }
+        LedgerEvent::SealedContext(sc) => {
+            // Folded like a clear one, the state sealed again; without the
+            // key (erased) there is nothing to fold.
+            let task_key = txn.task_keys().key(&sc.task);
+            let opened = task_key
+                .as_ref()
+                .and_then(|k| crate::erasure::seal::open_record(k, sc).map(|r| (k.clone(), r)));
+            if let Some((k, record)) = opened {
+                hold_blob(txn, &record.event)?;
+                let key = keys::sealed_task(&sc.task);
+                let state = txn
+                    .get::<(String, Vec<u8>)>(&key)?
+                    .and_then(|(_, b)| crate::views::open_task_state(&k, &sc.task, &b));
+                if let Some(next) = crate::context::evolve(state, &record.event) {
+                    let sealed = crate::views::seal_task_state(&k, &next)?;
+                    txn.put(key, &(next.master_run.clone(), sealed));
+                }
+            }
+        }
+        LedgerEvent::ContextErased(e) => {
+            // The sealed state was ciphertext; without the key it is noise.
+            txn.del(keys::sealed_task(&e.task));
+            txn.put(keys::erased_task(&e.task), &e.at);
         }
         LedgerEvent::RunDispatched(e) => {
             txn.del(keys::finished(e.closed_partition, e.closed_offset));
@@ -150,6 +167,19 @@ pub fn evolve(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Evolv
         run.state.evolve(step, &rec.event);
     }
     Ok(Evolved::Changed)
+}
+
+/// A blob put in a task is content held until its grant expires.
+fn hold_blob(txn: &mut ViewTxn<'_>, event: &crate::context::ContextEvent) -> Result<(), ViewError> {
+    if let crate::context::ContextEvent::BlobPut {
+        uri, expires_at, ..
+    } = event
+    {
+        if let Ok(parsed) = crate::context::parse_context_uri(uri) {
+            hold_content(txn, &parsed.sha256(), *expires_at)?;
+        }
+    }
+    Ok(())
 }
 
 /// Note a reference to content that lives until `deadline`: the content

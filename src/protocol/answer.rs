@@ -127,6 +127,7 @@ pub enum Answer {
     Evaluate(Evaluated),
     IssueToken(TokenIssuedOut),
     RevokeToken(TokenRevokedOut),
+    ForgetTask(TaskForgotten),
 }
 
 impl Answer {
@@ -152,6 +153,7 @@ impl Answer {
             "evaluate" => Answer::Evaluate(de(v)?),
             "issue_token" => Answer::IssueToken(de(v)?),
             "revoke_token" => Answer::RevokeToken(de(v)?),
+            "forget_task" => Answer::ForgetTask(de(v)?),
             other => return Err(format!("no operation {other:?}")),
         })
     }
@@ -513,6 +515,14 @@ pub struct TokenIssuedOut {
     pub scopes: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
+}
+
+/// `forget_task`: whether a key was erased now (false: it was already).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskForgotten {
+    pub task: String,
+    pub erased: bool,
+    pub erased_at_ms: u64,
 }
 
 /// `revoke_token`.

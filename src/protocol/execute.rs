@@ -236,6 +236,14 @@ pub fn execute(engine: &mut Engine, request: &Request) -> Result<Answer, OpError
                 expires_at_ms: issued.expires_at_ms,
             })
         }
+        Request::ForgetTask(r) => {
+            let (erased, at) = engine.forget_task(&r.task)?;
+            Answer::ForgetTask(TaskForgotten {
+                task: r.task.clone(),
+                erased,
+                erased_at_ms: at,
+            })
+        }
         Request::RevokeToken(r) => {
             engine.revoke_token(&r.id)?;
             Answer::RevokeToken(TokenRevokedOut {
@@ -307,6 +315,7 @@ fn involved_run(engine: &Engine, request: &Request) -> Result<Option<String>, Op
         Request::GetContext(r) => task(&r.task),
         Request::GetBlob(r) => task(&r.task),
         Request::ReturnContext(r) => task(&r.task),
+        Request::ForgetTask(r) => task(&r.task),
         Request::PublishAgent(_)
         | Request::OpenRun(_)
         | Request::Dispatch(_)

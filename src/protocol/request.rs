@@ -30,6 +30,7 @@ pub enum Request {
     Evaluate(EvaluateOp),
     IssueToken(IssueTokenOp),
     RevokeToken(RevokeTokenOp),
+    ForgetTask(ForgetTaskOp),
 }
 
 /// The `op` of every variant, in declaration order.
@@ -49,6 +50,7 @@ pub const OPS: &[&str] = &[
     "evaluate",
     "issue_token",
     "revoke_token",
+    "forget_task",
 ];
 
 impl Request {
@@ -70,6 +72,7 @@ impl Request {
             Request::Evaluate(_) => "evaluate",
             Request::IssueToken(_) => "issue_token",
             Request::RevokeToken(_) => "revoke_token",
+            Request::ForgetTask(_) => "forget_task",
         }
     }
 
@@ -118,6 +121,15 @@ pub struct IssueTokenOp {
     /// Seconds until it stops authenticating; never when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_in_s: Option<u64>,
+}
+
+/// Erase a task's context now (its key deleted): its sealed records stay
+/// in the log, verifiable and unreadable (the operator or the task's
+/// master).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForgetTaskOp {
+    pub task: String,
 }
 
 /// Withdraw a token (operator only).

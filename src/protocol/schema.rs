@@ -31,6 +31,7 @@ pub fn document() -> Value {
             "evaluate" => generator.subschema_for::<Done<Evaluated>>(),
             "issue_token" => generator.subschema_for::<Done<TokenIssuedOut>>(),
             "revoke_token" => generator.subschema_for::<Done<TokenRevokedOut>>(),
+            "forget_task" => generator.subschema_for::<Done<TaskForgotten>>(),
             other => unreachable!("OPS names {other} but no answer type does"),
         };
         replies.insert(

@@ -20,9 +20,11 @@ pub const TOKEN: u8 = b'n';
 pub const TOKEN_ID: u8 = b'i';
 pub const CHECKPOINT_NOTE: u8 = b'y';
 pub const WITNESSED_NOTE: u8 = b'z';
+pub const SEALED_TASK: u8 = b's';
+pub const ERASED_TASK: u8 = b'e';
 pub const FORMAT: u8 = b'_';
 
-pub const ALL_PREFIXES: [(u8, &str); 16] = [
+pub const ALL_PREFIXES: [(u8, &str); 18] = [
     (OFFSET, "offsets"),
     (AGENT, "agents"),
     (VERSION, "versions"),
@@ -36,6 +38,8 @@ pub const ALL_PREFIXES: [(u8, &str); 16] = [
     (CHECKPOINTED, "checkpoint_marks"),
     (CHECKPOINT_NOTE, "checkpoint_notes"),
     (WITNESSED_NOTE, "witnessed_notes"),
+    (SEALED_TASK, "sealed_tasks"),
+    (ERASED_TASK, "erased_tasks"),
     (CONTENT_REF, "content_refs"),
     (TOKEN, "tokens"),
     (TOKEN_ID, "token_ids"),
@@ -125,6 +129,14 @@ pub fn witnessed_note(topic: Topic, partition: u32) -> Vec<u8> {
         WITNESSED_NOTE,
         &[&[topic.index()], &partition.to_be_bytes()],
     )
+}
+/// A task's state sealed with its key (see `crate::erasure`).
+pub fn sealed_task(task: &str) -> Vec<u8> {
+    with(SEALED_TASK, &[task.as_bytes()])
+}
+/// When a task's context was erased.
+pub fn erased_task(task: &str) -> Vec<u8> {
+    with(ERASED_TASK, &[task.as_bytes()])
 }
 pub fn task(task: &str) -> Vec<u8> {
     with(TASK, &[task.as_bytes()])

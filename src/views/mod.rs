@@ -58,6 +58,9 @@ pub struct Views {
     tree: sled::Tree,
     /// The partitions' Merkle tiles (see `audit::tiles`), beside the views.
     tiles: crate::audit::tiles::TileStore,
+    /// The task keys that open sealed context records and task states
+    /// (none until the data dir's are set).
+    keys: std::sync::Arc<dyn crate::erasure::TaskKeys + Send>,
     /// Committed changes not yet in sled (see `behind`).
     behind: WriteBehind,
 }
@@ -138,7 +141,18 @@ impl Views {
             behind: WriteBehind::new(tree.clone()),
             tree,
             tiles,
+            keys: std::sync::Arc::new(crate::erasure::NoKeys),
         })
+    }
+
+    /// Open sealed records and task states with these keys.
+    pub fn set_keys(&mut self, keys: std::sync::Arc<dyn crate::erasure::TaskKeys + Send>) {
+        self.keys = keys;
+    }
+
+    /// The task keys the views open sealed things with.
+    pub fn keys(&self) -> &dyn crate::erasure::TaskKeys {
+        self.keys.as_ref()
     }
 
     /// The Merkle tiles kept beside the views.
@@ -340,8 +354,29 @@ impl Views {
         Ok(all)
     }
 
-    /// A task's context-exchange state (R11–R15).
+    /// When the task's context was erased, if it was (unix ms).
+    pub fn task_erased_at(&self, task: &str) -> Result<Option<u64>, ViewError> {
+        self.get_typed(&keys::erased_task(task))
+    }
+
+    /// The master run of a task whose state is sealed (it can be erased),
+    /// readable without the key.
+    pub fn sealed_task_master(&self, task: &str) -> Result<Option<String>, ViewError> {
+        Ok(self
+            .get_typed::<(String, Vec<u8>)>(&keys::sealed_task(task))?
+            .map(|(m, _)| m))
+    }
+
+    /// A task's context-exchange state (R11–R15): sealed with the task's
+    /// key where it has one (`None` once the key is erased).
     pub fn task(&self, task: &str) -> Result<Option<crate::context::TaskState>, ViewError> {
+        let sealed_key = keys::sealed_task(task);
+        if let Some((_, sealed)) = self.get_typed::<(String, Vec<u8>)>(&sealed_key)? {
+            return Ok(self
+                .keys
+                .key(task)
+                .and_then(|k| open_task_state(&k, task, &sealed)));
+        }
         self.get_typed(&keys::task(task))
     }
 
@@ -456,6 +491,33 @@ impl crate::rules::decide::LedgerRead for Views {
     fn task(&self, task: &str) -> Result<Option<crate::context::TaskState>, ViewError> {
         Views::task(self, task)
     }
+}
+
+/// A task state sealed with its task's key.
+pub(crate) fn seal_task_state(
+    key: &crate::erasure::TaskKey,
+    state: &crate::context::TaskState,
+) -> Result<Vec<u8>, ViewError> {
+    let plain = encode(state);
+    key.seal_deterministic(
+        &crate::erasure::seal::aad("task_state", &state.task, ""),
+        &plain,
+    )
+    .map_err(|e| {
+        ViewError::Inconsistent(format!("sealing the state of task {:?}: {e}", state.task))
+    })
+}
+
+/// The task state in `sealed`, if `key` opens it.
+pub(crate) fn open_task_state(
+    key: &crate::erasure::TaskKey,
+    task: &str,
+    sealed: &[u8],
+) -> Option<crate::context::TaskState> {
+    let plain = key
+        .open(&crate::erasure::seal::aad("task_state", task, ""), sealed)
+        .ok()?;
+    codec::from_bytes(&plain).ok()
 }
 
 /// The first key after every key that starts with `prefix`.

@@ -53,6 +53,11 @@ impl<'a> ViewTxn<'a> {
         }
     }
 
+    /// The keys of the views this batch writes to.
+    pub fn task_keys(&self) -> &dyn crate::erasure::TaskKeys {
+        self.views.keys()
+    }
+
     pub fn put<T: serde::Serialize>(&mut self, key: Vec<u8>, value: &T) {
         self.raw.insert(key, Some(encode(value)));
     }

@@ -1,0 +1,257 @@
+//! Task keys on disk: one file per task under `<data>/keys`, named by the
+//! SHA-256 of the task id, holding the task id, the key and when it
+//! expires; mode 0600. A key is durable (file and directory fsynced)
+//! before anything sealed with it is written, and deleting its file is
+//! the erasure: nothing else holds it.
+
+use super::seal::TaskKey;
+use crate::private_files;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Where the keys of tasks are looked up (the projector and the trail
+/// open sealed records with them).
+pub trait TaskKeys: Sync {
+    /// The task's key, if it has not been erased.
+    fn key(&self, task: &str) -> Option<TaskKey>;
+}
+
+/// No keys at all: everything sealed reads as erased.
+pub struct NoKeys;
+
+impl TaskKeys for NoKeys {
+    fn key(&self, _task: &str) -> Option<TaskKey> {
+        None
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("task keys in {dir}: {source}")]
+    Io {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the key file of task {0:?} is damaged")]
+    Damaged(String),
+    #[error("no randomness for a task key")]
+    Random,
+}
+
+#[derive(Serialize, Deserialize)]
+struct KeyFile {
+    task: String,
+    key: String,
+    expires_at: u64,
+}
+
+/// The task keys of a data dir.
+pub struct KeyStore {
+    dir: PathBuf,
+    /// Keys read or made by this process (files are the truth).
+    cache: Mutex<HashMap<String, Option<TaskKey>>>,
+}
+
+/// An expired key, for the sweep to erase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expired {
+    pub task: String,
+    pub expires_at: u64,
+}
+
+impl KeyStore {
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, KeyError> {
+        let dir = dir.as_ref().to_path_buf();
+        private_files::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        Ok(KeyStore {
+            dir,
+            cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn path(&self, task: &str) -> PathBuf {
+        self.dir.join(format!(
+            "{}.key",
+            hex::encode(Sha256::digest(task.as_bytes()))
+        ))
+    }
+
+    fn read(&self, task: &str) -> Result<Option<(TaskKey, u64)>, KeyError> {
+        let text = match std::fs::read_to_string(self.path(task)) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(&self.dir, e)),
+        };
+        let f: KeyFile =
+            serde_json::from_str(&text).map_err(|_| KeyError::Damaged(task.to_owned()))?;
+        let key: [u8; 32] = hex::decode(&f.key)
+            .ok()
+            .and_then(|k| k.try_into().ok())
+            .filter(|_| f.task == task)
+            .ok_or_else(|| KeyError::Damaged(task.to_owned()))?;
+        Ok(Some((TaskKey(key), f.expires_at)))
+    }
+
+    fn write(&self, task: &str, key: &TaskKey, expires_at: u64) -> Result<(), KeyError> {
+        let path = self.path(task);
+        let tmp = path.with_extension("tmp");
+        let text = serde_json::to_string(&KeyFile {
+            task: task.to_owned(),
+            key: hex::encode(key.0),
+            expires_at,
+        })
+        .unwrap_or_default();
+        private_files::write(&tmp, text).map_err(|e| io(&self.dir, e))?;
+        let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all());
+        sync(&tmp).map_err(|e| io(&self.dir, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| io(&self.dir, e))?;
+        sync(&self.dir).map_err(|e| io(&self.dir, e))
+    }
+
+    /// The task's key, made (durably) if it has none; a later `expires_at`
+    /// than the one held extends it.
+    pub fn create(&self, task: &str, expires_at: u64) -> Result<TaskKey, KeyError> {
+        let key = match self.read(task)? {
+            Some((key, held)) if held >= expires_at => key,
+            Some((key, _)) => {
+                self.write(task, &key, expires_at)?;
+                key
+            }
+            None => {
+                let key = TaskKey::generate().map_err(|_| KeyError::Random)?;
+                self.write(task, &key, expires_at)?;
+                key
+            }
+        };
+        self.remember(task, Some(key.clone()));
+        Ok(key)
+    }
+
+    /// Delete the task's key: everything sealed with it is erased. Says
+    /// whether there was one.
+    pub fn forget(&self, task: &str) -> Result<bool, KeyError> {
+        self.remember(task, None);
+        match std::fs::remove_file(self.path(task)) {
+            Ok(()) => {
+                std::fs::File::open(&self.dir)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| io(&self.dir, e))?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io(&self.dir, e)),
+        }
+    }
+
+    /// Keys past their expiry at `now` (unix ms).
+    pub fn expired(&self, now: u64) -> Result<Vec<Expired>, KeyError> {
+        let mut out = Vec::new();
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| io(&self.dir, e))?;
+        for entry in entries {
+            let path = entry.map_err(|e| io(&self.dir, e))?.path();
+            if path.extension().is_none_or(|x| x != "key") {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            if let Ok(f) = serde_json::from_str::<KeyFile>(&text) {
+                if f.expires_at <= now {
+                    out.push(Expired {
+                        task: f.task,
+                        expires_at: f.expires_at,
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| a.task.cmp(&b.task));
+        Ok(out)
+    }
+
+    fn remember(&self, task: &str, key: Option<TaskKey>) {
+        if let Ok(mut c) = self.cache.lock() {
+            c.insert(task.to_owned(), key);
+        }
+    }
+}
+
+impl TaskKeys for KeyStore {
+    fn key(&self, task: &str) -> Option<TaskKey> {
+        if let Some(k) = self.cache.lock().ok().and_then(|c| c.get(task).cloned()) {
+            return k;
+        }
+        let key = match self.read(task) {
+            Ok(k) => k.map(|(k, _)| k),
+            Err(e) => {
+                tracing::warn!("{e}");
+                None
+            }
+        };
+        self.remember(task, key.clone());
+        key
+    }
+}
+
+fn io(dir: &Path, source: std::io::Error) -> KeyError {
+    KeyError::Io {
+        dir: dir.display().to_string(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_made_once_extended_forgotten_and_expire() {
+        let d = tempfile::tempdir().unwrap();
+        let ks = KeyStore::open(d.path().join("keys")).unwrap();
+        assert_eq!(ks.key("t1"), None);
+        let k = ks.create("t1", 1_000).unwrap();
+        assert_eq!(ks.create("t1", 500).unwrap(), k, "made once");
+        assert_eq!(ks.create("t1", 2_000).unwrap(), k, "extended, same key");
+        // Another process reads it from the file.
+        let again = KeyStore::open(d.path().join("keys")).unwrap();
+        assert_eq!(again.key("t1"), Some(k.clone()));
+        assert_eq!(again.expired(1_999).unwrap(), vec![]);
+        assert_eq!(
+            again.expired(2_000).unwrap(),
+            vec![Expired {
+                task: "t1".into(),
+                expires_at: 2_000
+            }]
+        );
+        // The key never appears in the file name, and the file is private.
+        let files: Vec<_> = std::fs::read_dir(d.path().join("keys"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(files.len(), 1);
+        assert!(!files[0].to_string_lossy().contains("t1"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&files[0]).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "{mode:o}");
+        }
+        assert!(again.forget("t1").unwrap());
+        assert!(!again.forget("t1").unwrap());
+        assert_eq!(again.key("t1"), None);
+        assert_eq!(
+            KeyStore::open(d.path().join("keys")).unwrap().key("t1"),
+            None
+        );
+        // A damaged file is named, not trusted.
+        ks.create("t2", 9).unwrap();
+        let path = ks.path("t2");
+        std::fs::write(&path, "{").unwrap();
+        let fresh = KeyStore::open(d.path().join("keys")).unwrap();
+        assert_eq!(fresh.key("t2"), None);
+        assert!(matches!(fresh.create("t2", 9), Err(KeyError::Damaged(_))));
+    }
+}

@@ -1,0 +1,215 @@
+//! Erasure without breaking verification (seed 000 §6): a task's context
+//! is sealed with a key of its own before it reaches the log or the views,
+//! so no plaintext of it is at rest anywhere under the data dir; once the
+//! key is deleted (`forget_task`, or its time to live at `gc`) the trail
+//! says "content erased at …", the task refuses further use, and `verify`
+//! (signed too) and `rebuild` stay clean — the Merkle leaves are over the
+//! sealed bytes.
+
+mod common;
+
+use serde_json::{json, Value};
+use std::path::Path;
+
+const QUERY: &str = "SECRET-QUERY-7f3a9c";
+const SUBTASK: &str = "SECRET-SUBTASK-19bd44";
+const REASON: &str = "SECRET-REASON-55e1aa";
+
+fn ctx(agent: &str, sub: &str) -> Value {
+    json!({
+        "AgentID": format!("id-{agent}"), "AgentName": agent, "SubTaskID": sub, "SubTaskName": SUBTASK,
+        "Dependencies": [], "ContextItems": [],
+        "todoItems": [{"itemID": "i1", "description": SUBTASK}],
+        "EvaluationPolicy": {"SuccessCriteria": [{"CriterionID": "c1", "Description": "ok", "Required": true}], "ConfidenceThreshold": 0.8}
+    })
+}
+
+fn done(sent: &Value) -> Value {
+    let mut r = sent.clone();
+    r["ItemStateUpdates"] = json!([{"itemID": "i1", "state": 1}]);
+    r["KeyInformation"] = json!([{"itemID": "i1", "outputabstract": SUBTASK}]);
+    r["EvaluationResult"] = json!({"Status": "passed", "Confidence": 0.9,
+        "CriterionResults": [{"CriterionID": "c1", "Status": "passed", "EvidenceRefs": [], "TraceRefs": []}]});
+    r
+}
+
+/// A task `task` of master run `run`, one subtask sent, returned and
+/// accepted, every body carrying the secrets.
+fn task_ops(task: &str, run: &str) -> Vec<Value> {
+    let sent = ctx("hotel", "h1");
+    vec![
+        json!({"op":"open_run","run":run,"agent":"master"}),
+        json!({"op":"open_task","task":task,"run":run,"task_context":{
+            "TaskID":"T1","UserQuery":QUERY,"TaskName":"trip","TaskDescription":"d","GoalStatus":[],"OverallStatus":"open"}}),
+        json!({"op":"send_context","task":task,"run":run,"mode":"async","agent_context":sent}),
+        json!({"op":"return_context","task":task,"agent":"hotel","agent_context":done(&sent)}),
+        json!({"op":"evaluate","task":task,"run":run,"subtask":"s1","decision":"accepted","reason":REASON}),
+    ]
+}
+
+fn apply(dir: &Path, ops: &[Value], extra: &[&str]) -> Vec<Value> {
+    let input: Vec<String> = ops.iter().map(Value::to_string).collect();
+    let (code, answers, err) = common::apply_answers(dir, &(input.join("\n") + "\n"), extra);
+    assert_eq!(code, 0, "{answers:?} {err}");
+    answers
+}
+
+/// Every file under `dir` that holds `needle`, by path.
+fn holding(dir: &Path, needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(p.display().to_string());
+                }
+            }
+        }
+    }
+    found
+}
+
+fn trail(dir: &Path, run: &str, json: bool) -> String {
+    let mut args = vec!["trail", run];
+    if json {
+        args.insert(0, "--json");
+    }
+    let (code, out, err) = common::cli(dir, &args);
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+#[test]
+fn forgetting_a_task_erases_its_context_everywhere_and_verify_stays_clean() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let (code, vkey, err) = common::cli(dir, &["key", "generate", "--name", "erasure"]);
+    assert_eq!(code, 0, "{err}");
+    let vkey = vkey.trim().to_owned();
+    let mut ops = vec![
+        json!({"op":"publish_agent","agent":"master","scope":"acme/travel"}),
+        json!({"op":"publish_agent","agent":"hotel","scope":"acme/travel"}),
+    ];
+    ops.extend(task_ops("t1", "m1"));
+    let answers = apply(dir, &ops, &[]);
+    assert!(answers.iter().all(|a| a["ok"] == true), "{answers:?}");
+    // Signed while the context could still be read.
+    let (code, _, err) = common::cli(dir, &["checkpoint"]);
+    assert_eq!(code, 0, "{err}");
+
+    // Readable while the key is held; at rest nowhere in clear.
+    let before = trail(dir, "m1", true);
+    assert!(before.contains(QUERY) && before.contains(SUBTASK) && before.contains(REASON));
+    for secret in [QUERY, SUBTASK, REASON] {
+        assert_eq!(
+            holding(dir, secret),
+            Vec::<String>::new(),
+            "{secret} at rest"
+        );
+    }
+    let got = apply(
+        dir,
+        &[json!({"op":"get_context","task":"t1","agent":"hotel"})],
+        &[],
+    );
+    assert_eq!(got[0]["agent_context"]["SubTaskName"], SUBTASK);
+
+    let forgot = apply(dir, &[json!({"op":"forget_task","task":"t1"})], &[]);
+    assert_eq!(forgot[0]["ok"], true, "{forgot:?}");
+    assert_eq!(forgot[0]["erased"], true);
+
+    // The trail says what was there and when it went; nothing of it is left.
+    let text = trail(dir, "m1", false);
+    assert!(
+        text.contains("task_opened of task t1: content erased at "),
+        "{text}"
+    );
+    assert!(text.contains("context of task t1 erased at "), "{text}");
+    assert!(text.contains("forgotten on request"), "{text}");
+    let after = trail(dir, "m1", true);
+    for secret in [QUERY, SUBTASK, REASON] {
+        assert!(!after.contains(secret), "{after}");
+        assert!(!text.contains(secret));
+        assert_eq!(holding(dir, secret), Vec::<String>::new());
+    }
+    // The task is gone for use, named as erased.
+    let (code, answers, _) = common::apply_answers(
+        dir,
+        &(json!({"op":"get_context","task":"t1","agent":"hotel"}).to_string() + "\n"),
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(answers[0]["error"]["code"], "expired", "{answers:?}");
+    assert!(answers[0]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("erased at"));
+    // Again: nothing more to erase, and said so.
+    let again = apply(dir, &[json!({"op":"forget_task","task":"t1"})], &[]);
+    assert_eq!(again[0]["erased"], false);
+
+    // Every digest, chain head and signed Merkle root still holds: those
+    // signed before the erasure, and the erasure's own.
+    let (code, _, err) = common::cli(dir, &["checkpoint"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, v) = common::verify_json(dir, &["--key", &vkey]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["signed"]["attested"], v["records"], "{v}");
+    // And the views rebuilt from the log alone are the same.
+    let (code, report) = common::rebuild_report(dir);
+    assert_eq!(
+        (code, &report["identical"]),
+        (Some(0), &json!(true)),
+        "{report}"
+    );
+}
+
+#[test]
+fn context_past_its_time_to_live_is_erased_by_gc_and_unsealed_tasks_say_they_cannot_be() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let mut ops = vec![
+        json!({"op":"publish_agent","agent":"master","scope":"acme/travel"}),
+        json!({"op":"publish_agent","agent":"hotel","scope":"acme/travel"}),
+    ];
+    ops.extend(task_ops("t1", "m1"));
+    apply(dir, &ops, &["--context-ttl-secs", "0"]);
+    let (code, out, err) = common::cli(dir, &["gc", "--grace-secs", "0"]);
+    assert_eq!(code, 0, "{out} {err}");
+    let text = trail(dir, "m1", false);
+    assert!(text.contains("its time to live ran out"), "{text}");
+    assert!(!trail(dir, "m1", true).contains(QUERY));
+    assert_eq!(holding(dir, QUERY), Vec::<String>::new());
+
+    // A task opened without sealing keeps its context in clear, and says
+    // it cannot be erased rather than pretending to.
+    apply(dir, &task_ops("t2", "m2"), &["--seal-context", "off"]);
+    assert!(!holding(dir, QUERY).is_empty());
+    let (code, answers, _) = common::apply_answers(
+        dir,
+        &(json!({"op":"forget_task","task":"t2"}).to_string() + "\n"),
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(
+        answers[0]["error"]["code"], "invalid_request",
+        "{answers:?}"
+    );
+    assert!(answers[0]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("not sealed"));
+    let (code, answers, _) = common::apply_answers(
+        dir,
+        &(json!({"op":"forget_task","task":"nope"}).to_string() + "\n"),
+        &[],
+    );
+    assert_eq!(
+        (code, answers[0]["error"]["code"].as_str()),
+        (1, Some("unknown_task"))
+    );
+}
