@@ -43,6 +43,7 @@ fn every_op() -> Vec<Request> {
         request(
             json!({"op":"evaluate","task":"t1","subtask":"h1","decision":"accepted","run":"m1"}),
         ),
+        request(json!({"op":"forget_task","task":"t1"})),
     ]
 }
 
@@ -79,7 +80,7 @@ fn every_operation_by_every_kind_of_principal() {
     // Rows: operations in `every_op` order, then a read, then the events of
     // acme/travel. Columns: the principals above. 1 = allowed.
     #[rustfmt::skip]
-    let table: [(&str, [u8; 5]); 15] = [
+    let table: [(&str, [u8; 5]); 16] = [
         ("publish_agent",  [1, 1, 0, 0, 0]),
         ("open_run",       [1, 1, 0, 0, 0]),
         ("read_artifact",  [1, 0, 1, 0, 0]),
@@ -93,6 +94,7 @@ fn every_operation_by_every_kind_of_principal() {
         ("get_blob",       [1, 0, 1, 0, 0]),
         ("return_context", [1, 0, 1, 0, 0]),
         ("evaluate",       [1, 1, 0, 0, 0]),
+        ("forget_task",    [1, 1, 0, 0, 0]),
         ("read",           [1, 0, 0, 1, 0]),
         ("events",         [1, 0, 0, 0, 1]),
     ];
@@ -104,7 +106,7 @@ fn every_operation_by_every_kind_of_principal() {
                 assert_eq!(ops[r].op(), *name);
                 Action::Op(&ops[r])
             }
-            13 => Action::Read,
+            14 => Action::Read,
             _ => Action::Events {
                 scope: Some("acme/travel"),
             },
@@ -178,7 +180,7 @@ fn only_the_master_sends_evaluates_and_updates() {
     for r in every_op().iter().filter(|r| {
         matches!(
             r.op(),
-            "open_task" | "update_task" | "put_blob" | "send_context" | "evaluate"
+            "open_task" | "update_task" | "put_blob" | "send_context" | "evaluate" | "forget_task"
         )
     }) {
         assert!(!allowed(&other, Action::Op(r), &f), "{}", r.op());

@@ -118,6 +118,14 @@ fn forgetting_a_task_erases_its_context_everywhere_and_verify_stays_clean() {
     );
     assert_eq!(got[0]["agent_context"]["SubTaskName"], SUBTASK);
 
+    // Forgotten after its master run closed: the erasure is still a step
+    // of that run's trail.
+    let closed = apply(
+        dir,
+        &[json!({"op":"close_run","run":"m1","status":"succeeded"})],
+        &[],
+    );
+    assert_eq!(closed[0]["ok"], true, "{closed:?}");
     let forgot = apply(dir, &[json!({"op":"forget_task","task":"t1"})], &[]);
     assert_eq!(forgot[0]["ok"], true, "{forgot:?}");
     assert_eq!(forgot[0]["erased"], true);
@@ -159,6 +167,23 @@ fn forgetting_a_task_erases_its_context_everywhere_and_verify_stays_clean() {
     let (code, v) = common::verify_json(dir, &["--key", &vkey]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["signed"]["attested"], v["records"], "{v}");
+    // An export of the run proves every sealed record offline.
+    let export = dir.join("m1.export");
+    let (code, text, err) = common::cli(dir, &["export", "--run", "m1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!text.contains(QUERY));
+    std::fs::write(&export, &text).unwrap();
+    let (code, out, err) = common::cli(
+        dir,
+        &[
+            "verify",
+            "--export",
+            export.to_str().unwrap(),
+            "--key",
+            &vkey,
+        ],
+    );
+    assert_eq!(code, 0, "{out} {err}");
     // And the views rebuilt from the log alone are the same.
     let (code, report) = common::rebuild_report(dir);
     assert_eq!(
