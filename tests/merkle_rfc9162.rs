@@ -5,20 +5,17 @@
 //! and the Certificate Transparency reference vectors (RFC 6962 test data,
 //! as published by the transparency-dev project) hold.
 
+mod common;
+
 use agentledger::audit::merkle::{
     consistency_proof, inclusion_proof, leaf_hash, root, verify_consistency, verify_inclusion,
     MemoryTree,
 };
-use sha2::{Digest, Sha256};
 
 type H = [u8; 32];
 
 fn sha(parts: &[&[u8]]) -> H {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p);
-    }
-    h.finalize().into()
+    common::sha256(parts)
 }
 
 /// "The largest power of two smaller than n".

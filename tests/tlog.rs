@@ -8,17 +8,12 @@ mod common;
 use base64::Engine as _;
 use common::server::{http, start};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use std::time::{Duration, Instant};
 
 type H = [u8; 32];
 
 fn sha(parts: &[&[u8]]) -> H {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p);
-    }
-    h.finalize().into()
+    common::sha256(parts)
 }
 
 /// RFC 9162 MTH over leaf hashes (k = the largest power of two < n).
@@ -39,6 +34,15 @@ fn mth(leaves: &[H]) -> H {
 fn hashes(bytes: &[u8]) -> Vec<H> {
     assert_eq!(bytes.len() % 32, 0);
     bytes.chunks(32).map(|c| c.try_into().unwrap()).collect()
+}
+
+/// The body at `path` of the server at `url`, as text.
+fn text(c: &reqwest::blocking::Client, url: &str, path: &str) -> String {
+    c.get(format!("{url}{path}"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap()
 }
 
 /// A ledger serving with a checkpoint key, with `runs` runs opened on its
@@ -117,12 +121,7 @@ fn the_ledger_serves_its_signed_checkpoints_and_tiles_for_tlog_clients() {
     );
     assert!(note.contains("\n\n\u{2014} tlog.example "), "{note}");
     // The same note under the partition's own prefix; the key verifies it.
-    let same = c
-        .get(format!("{}/v1/log/ledger/0/checkpoint", s.url))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let same = text(&c, &s.url, "/v1/log/ledger/0/checkpoint");
     assert!(same.lines().nth(1).unwrap().parse::<u64>().unwrap() >= size);
     let (code, out, err) = common::cli(
         &d.path().join("data"),
@@ -327,12 +326,7 @@ fn a_witness_cosigns_what_extends_and_refuses_a_rewritten_history() {
     );
     assert!(lines.iter().all(|l| l["cosigned"] == true));
     // The ledger keeps the cosignature and serves it with the note.
-    let witnessed = c
-        .get(format!("{}/v1/log/ledger/0/witnessed", s.url))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let witnessed = text(&c, &s.url, "/v1/log/ledger/0/witnessed");
     assert!(
         witnessed.contains("\u{2014} witness.example/w1 "),
         "{witnessed}"
@@ -389,12 +383,7 @@ fn a_witness_cosigns_what_extends_and_refuses_a_rewritten_history() {
     assert!(err.contains("not a witness key"), "{err}");
 
     // What the ledger takes: its own checkpoint with a cosignature, only.
-    let note = c
-        .get(format!("{}/v1/log/ledger/0/checkpoint", s.url))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let note = text(&c, &s.url, "/v1/log/ledger/0/checkpoint");
     let post = |body: String| {
         let r = c
             .post(format!("{}/v1/log/ledger/0/cosignatures", s.url))

@@ -276,40 +276,38 @@ impl VerifierKey {
     /// The time of this witness key's valid cosignature of `note`'s text,
     /// among its signature lines.
     pub fn cosigned(&self, note: &str) -> Result<u64, NoteError> {
-        if self.kind != KeyKind::Witness {
-            return Err(NoteError::WrongKind);
-        }
-        let (text, sigs) = split_note(note)?;
-        let mut saw_name = false;
-        for (name, sig) in signature_lines(sigs)? {
-            if name != self.name {
-                continue;
-            }
-            saw_name = true;
-            let Ok(bytes) = B64.decode(sig) else {
-                continue;
-            };
-            if bytes.len() != 4 + 8 + 64 || bytes[..4] != self.id.to_be_bytes() {
-                continue;
-            }
-            let time = u64::from_be_bytes(bytes[4..12].try_into().unwrap_or_default());
-            if UnparsedPublicKey::new(&ED25519, &self.public)
-                .verify(cosigned_message(text, time).as_bytes(), &bytes[12..])
+        let public = UnparsedPublicKey::new(&ED25519, &self.public);
+        self.signed_by(note, KeyKind::Witness, 8 + 64, |text, sig| {
+            let time = u64::from_be_bytes(sig[..8].try_into().ok()?);
+            public
+                .verify(cosigned_message(text, time).as_bytes(), &sig[8..])
                 .is_ok()
-            {
-                return Ok(time);
-            }
-        }
-        if saw_name {
-            return Err(NoteError::BadSignature(self.name.clone()));
-        }
-        Err(NoteError::Unsigned(self.name.clone()))
+                .then_some(time)
+        })
+        .map(|(_, time)| time)
     }
 
     /// The text of a note this key signed; its other signatures (a
     /// witness's cosignature) are left alone.
     pub fn open<'a>(&self, note: &'a str) -> Result<&'a str, NoteError> {
-        if self.kind != KeyKind::Checkpoint {
+        let public = UnparsedPublicKey::new(&ED25519, &self.public);
+        self.signed_by(note, KeyKind::Checkpoint, 64, |text, sig| {
+            public.verify(text.as_bytes(), sig).is_ok().then_some(())
+        })
+        .map(|(text, ())| text)
+    }
+
+    /// The note's text and what `valid` makes of the first of its
+    /// signature lines by this key (its name, its id, `len` bytes after
+    /// the id) that `valid` accepts.
+    fn signed_by<'a, T>(
+        &self,
+        note: &'a str,
+        kind: KeyKind,
+        len: usize,
+        valid: impl Fn(&str, &[u8]) -> Option<T>,
+    ) -> Result<(&'a str, T), NoteError> {
+        if self.kind != kind {
             return Err(NoteError::WrongKind);
         }
         let (text, sigs) = split_note(note)?;
@@ -322,16 +320,12 @@ impl VerifierKey {
             let Ok(bytes) = B64.decode(sig) else {
                 continue;
             };
-            if bytes.len() != 68 || bytes[..4] != self.id.to_be_bytes() {
+            if bytes.len() != 4 + len || bytes[..4] != self.id.to_be_bytes() {
                 continue;
             }
-            if UnparsedPublicKey::new(&ED25519, &self.public)
-                .verify(text.as_bytes(), &bytes[4..])
-                .is_ok()
-            {
-                return Ok(text);
+            if let Some(t) = valid(text, &bytes[4..]) {
+                return Ok((text, t));
             }
-            return Err(NoteError::BadSignature(self.name.clone()));
         }
         if saw_name {
             return Err(NoteError::BadSignature(self.name.clone()));

@@ -62,6 +62,13 @@ impl Engine {
     /// erasure), then the erasure recorded in the master run's trail. Says
     /// whether it was erased now, and when it was.
     pub fn forget_task(&mut self, task: &str) -> Result<(bool, u64)> {
+        if !ids::valid_name(task) {
+            let shown: String = task.chars().take(128).collect();
+            return Err(refusal(&ContextError::InvalidName {
+                what: "task id",
+                name: shown,
+            }));
+        }
         if let Some(at) = self.views.task_erased_at(task)? {
             return Ok((false, at));
         }

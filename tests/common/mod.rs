@@ -675,3 +675,14 @@ pub fn verify_json(dir: &Path, extra: &[&str]) -> (i32, Value) {
         .unwrap_or(json!({"stderr": String::from_utf8_lossy(&out.stderr)}));
     (out.status.code().unwrap_or(-1), v)
 }
+
+/// SHA-256 over `parts` in order, for the tests' own hashing (Merkle trees
+/// written from RFC 9162's text, never the code under test).
+pub fn sha256(parts: &[&[u8]]) -> [u8; 32] {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize().into()
+}
