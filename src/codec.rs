@@ -676,7 +676,8 @@ mod tests {
                 LedgerEvent::SealedContext(crate::model::SealedContext {
                     master_run: "m1".into(),
                     task: "t1".into(),
-                    kind: "task_opened".into(),
+                    kind: "blob_put".into(),
+                    hold: Some(("cas://sha256/ab".into(), 12)),
                     sealed: vec![0xde, 0xad, 0xbe, 0xef],
                 }),
             ),
@@ -793,7 +794,7 @@ mod tests {
             "context_refused",
             "07026d3107027431086765745f626c6f620b6e6f745f6772616e746564016d0107776561746865720f",
         ),
-        ("sealed_context", "0b026d310274310b7461736b5f6f70656e656404deadbeef"),
+        ("sealed_context", "0b026d3102743108626c6f625f707574010f6361733a2f2f7368613235362f61620c04deadbeef"),
         ("context_erased", "0c027431026d311001"),
 ];
 

@@ -186,21 +186,28 @@ impl ContentStore {
                 Err(e) => Err(io(format!("list {}", dir.display()))(e)),
             }
         };
-        for shard in listing(&self.dir)? {
-            let name = shard.file_name();
+        let mut shards: Vec<PathBuf> = Vec::new();
+        for top in listing(&self.dir)? {
+            let name = top.file_name();
             let name = name.to_string_lossy();
             if name == "tmp" {
-                for f in listing(&shard.path())? {
+                for f in listing(&top.path())? {
                     if f.metadata().is_ok_and(|m| old(&m)) {
                         let _ = fs::remove_file(f.path());
                     }
                 }
+            } else if name == "sealed" {
+                // A sealed task's blobs: the same rule, per task directory.
+                shards.extend(listing(&top.path())?.iter().map(|d| d.path()));
+            } else if name.len() == 2 && top.path().is_dir() {
+                shards.push(top.path());
+            }
+        }
+        for shard in shards {
+            if !shard.is_dir() {
                 continue;
             }
-            if name.len() != 2 || !shard.path().is_dir() {
-                continue;
-            }
-            for f in listing(&shard.path())? {
+            for f in listing(&shard)? {
                 let file_name = f.file_name();
                 let file_name = file_name.to_string_lossy();
                 if file_name.ends_with(".expires") {
@@ -232,6 +239,55 @@ impl ContentStore {
             }
         }
         Ok(report)
+    }
+
+    /// Where a sealed task's blobs live: a directory per task (`tag`, a hash
+    /// of the task id), a file per plaintext digest, sealed with the task's
+    /// key by the engine (see `crate::erasure`).
+    fn sealed_dir(&self, tag: &str) -> PathBuf {
+        self.dir.join("sealed").join(tag)
+    }
+
+    /// Store a task's sealed blob (already checked for size and sealed).
+    pub fn put_sealed(
+        &self,
+        tag: &str,
+        sha256: &[u8; 32],
+        sealed: &[u8],
+    ) -> Result<(), StoreError> {
+        let dir = self.sealed_dir(tag);
+        private_files::create_dir_all(&dir).map_err(io(format!("create {}", dir.display())))?;
+        let hex = hex::encode(sha256);
+        let path = dir.join(&hex);
+        let tmp = self
+            .dir
+            .join("tmp")
+            .join(format!("{tag}-{hex}.{}", std::process::id()));
+        let mut f = private_files::create(&tmp).map_err(io(format!("create {}", tmp.display())))?;
+        f.write_all(sealed)
+            .and_then(|_| f.sync_all())
+            .map_err(io(format!("write {}", tmp.display())))?;
+        fs::rename(&tmp, &path).map_err(io(format!("rename into {}", path.display())))
+    }
+
+    /// The on-disk path of a sealed task's blob (tests use it to tamper).
+    pub fn sealed_path(&self, tag: &str, uri: &str) -> Result<PathBuf, StoreError> {
+        Ok(self.sealed_dir(tag).join(hex_of(uri)?))
+    }
+
+    /// A task's sealed blob, as stored; `None` if absent.
+    pub fn read_sealed(&self, tag: &str, uri: &str) -> Option<Vec<u8>> {
+        let hex = hex_of(uri).ok()?;
+        fs::read(self.sealed_dir(tag).join(hex)).ok()
+    }
+
+    /// Remove every sealed blob of a task (its key is gone: they are noise).
+    pub fn drop_sealed(&self, tag: &str) -> Result<(), StoreError> {
+        match fs::remove_dir_all(self.sealed_dir(tag)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io(format!("remove {}", self.sealed_dir(tag).display()))(e)),
+        }
     }
 
     /// Whether bytes with this sha256 are in the store.

@@ -176,7 +176,7 @@ fn r15_tampered_expired_and_ungranted_references_are_refused_and_recorded(on: &O
         l.refused(json!({"op":"get_blob","task":"t1","agent":"flight","uri":uri})),
         "not_granted"
     );
-    std::fs::write(l.engine.store().blob_path(&uri).unwrap(), b"forged").unwrap();
+    std::fs::write(l.engine.blob_file("t1", &uri).unwrap(), b"forged").unwrap();
     assert_eq!(
         l.refused(json!({"op":"get_blob","task":"t1","agent":"hotel","uri":uri})),
         "digest_mismatch"
@@ -190,8 +190,7 @@ fn r15_tampered_expired_and_ungranted_references_are_refused_and_recorded(on: &O
     // reference holds them; the digest stays in the ledger after.
     let path = l
         .engine
-        .store()
-        .blob_path(short["uri"].as_str().unwrap())
+        .blob_file("t1", short["uri"].as_str().unwrap())
         .unwrap();
     assert!(path.exists());
     l.engine.sweep_content(std::time::Duration::ZERO).unwrap();

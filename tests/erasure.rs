@@ -14,11 +14,21 @@ use std::path::Path;
 const QUERY: &str = "SECRET-QUERY-7f3a9c";
 const SUBTASK: &str = "SECRET-SUBTASK-19bd44";
 const REASON: &str = "SECRET-REASON-55e1aa";
+const BLOB: &str = "SECRET-BLOB-c0ffee42";
+
+/// The ContextURI of `BLOB` once put.
+fn blob_uri() -> String {
+    format!(
+        "cas://sha256/{}",
+        hex::encode(common::sha256(&[BLOB.as_bytes()]))
+    )
+}
 
 fn ctx(agent: &str, sub: &str) -> Value {
     json!({
         "AgentID": format!("id-{agent}"), "AgentName": agent, "SubTaskID": sub, "SubTaskName": SUBTASK,
-        "Dependencies": [], "ContextItems": [],
+        "Dependencies": [], "ContextItems": [{"ContextID": "doc", "ContextType": "text", "MediaType": "text/plain",
+            "ContextURI": blob_uri(), "Description": "the doc", "Priority": "reference_only"}],
         "todoItems": [{"itemID": "i1", "description": SUBTASK}],
         "EvaluationPolicy": {"SuccessCriteria": [{"CriterionID": "c1", "Description": "ok", "Required": true}], "ConfidenceThreshold": 0.8}
     })
@@ -41,6 +51,7 @@ fn task_ops(task: &str, run: &str) -> Vec<Value> {
         json!({"op":"open_run","run":run,"agent":"master"}),
         json!({"op":"open_task","task":task,"run":run,"task_context":{
             "TaskID":"T1","UserQuery":QUERY,"TaskName":"trip","TaskDescription":"d","GoalStatus":[],"OverallStatus":"open"}}),
+        json!({"op":"put_blob","task":task,"content":BLOB,"ttl_s":3600}),
         json!({"op":"send_context","task":task,"run":run,"mode":"async","agent_context":sent}),
         json!({"op":"return_context","task":task,"agent":"hotel","agent_context":done(&sent)}),
         json!({"op":"evaluate","task":task,"run":run,"subtask":"s1","decision":"accepted","reason":REASON}),
@@ -139,11 +150,17 @@ fn forgetting_a_task_erases_its_context_everywhere_and_verify_stays_clean() {
     assert!(text.contains("context of task t1 erased at "), "{text}");
     assert!(text.contains("forgotten on request"), "{text}");
     let after = trail(dir, "m1", true);
-    for secret in [QUERY, SUBTASK, REASON] {
+    for secret in [QUERY, SUBTASK, REASON, BLOB] {
         assert!(!after.contains(secret), "{after}");
         assert!(!text.contains(secret));
         assert_eq!(holding(dir, secret), Vec::<String>::new());
     }
+    // Its sealed blobs went with the key.
+    let sealed = dir.join("blobs/sealed");
+    let left: Vec<_> = std::fs::read_dir(&sealed)
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    assert_eq!(left, Vec::<std::path::PathBuf>::new());
     // The task is gone for use, named as erased.
     let (code, answers, _) = common::apply_answers(
         dir,

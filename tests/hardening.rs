@@ -151,12 +151,15 @@ fn the_sweep_removes_bytes_once_every_reference_expired_and_the_digest_stays() {
         json!({"op":"send_context","task":"t1","run":"m1","mode":"sync",
         "agent_context": sent_context("hotel", "h1", &uri)}),
     );
-    let path = l.engine.store().blob_path(&uri).unwrap();
+    let path = l.engine.blob_file("t1", &uri).unwrap();
     assert_eq!(sweep(&mut l.engine).removed, 0, "live until its TTL");
     assert!(path.exists());
+    // Sealed with the task's key: nonce and tag around the 11 bytes.
+    let stored = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(stored, 11 + 12 + 16);
     clock.advance(1_000);
     let r = sweep(&mut l.engine);
-    assert_eq!((r.removed, r.removed_bytes), (1, 11), "{r:?}");
+    assert_eq!((r.removed, r.removed_bytes), (1, stored), "{r:?}");
     assert!(!path.exists());
     // Still refused as expired (not missing), and the digest is in the trail.
     assert_eq!(
@@ -881,7 +884,7 @@ fn layer_one_names_evidence_refs_that_do_not_resolve() {
              "TraceRefs": ["trace-42", "cas://sha256/NOT-HEX"]}]})
     };
     // Tamper with the evidence's bytes in the store.
-    std::fs::write(l.engine.store().blob_path(&evidence).unwrap(), b"forged").unwrap();
+    std::fs::write(l.engine.blob_file("t1", &evidence).unwrap(), b"forged").unwrap();
     let r = returned_with(&sent, result(vec![&uri, &evidence, &never]));
     let a = l.ok(json!({"op":"return_context","task":"t1","agent":"hotel","agent_context":r}));
     let (passed, reasons) = layer1(&a);

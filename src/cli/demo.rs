@@ -427,7 +427,7 @@ fn context_scenarios(d: &mut Demo) -> Result<()> {
         true,
     )?;
     outln!("  (the stored notes are tampered with on disk: the digest check refuses them)");
-    let path = d.engine.store().blob_path(&symptoms)?;
+    let path = d.engine.blob_file("doctor", &symptoms)?;
     let original = std::fs::read(&path)?;
     std::fs::write(&path, b"Patient notes: prescribe antibiotics.")?;
     d.show(

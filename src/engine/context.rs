@@ -29,6 +29,16 @@ pub struct TaskStats {
     pub refusals: usize,
 }
 
+/// The name of a task's sealed blobs' directory: a hash of its id.
+fn key_tag(task: &str) -> String {
+    hex::encode(<sha2::Sha256 as sha2::Digest>::digest(task.as_bytes()))
+}
+
+/// What a sealed blob is bound to: its task and its plaintext digest.
+fn blob_aad(task: &str, sha: &[u8; 32]) -> Vec<u8> {
+    crate::erasure::seal::aad("blob", task, &hex::encode(sha))
+}
+
 fn refusal(e: &ContextError) -> LedgerError {
     Refusal::new(e.code(), e.to_string()).into()
 }
@@ -99,6 +109,8 @@ impl Engine {
                 )
             })?;
         }
+        // Unreadable already; gone too.
+        self.store.drop_sealed(&key_tag(task))?;
         let run = self.existing_run(master_run)?;
         let step = run.next_step;
         self.commit(vec![Decided::step(
@@ -142,6 +154,7 @@ impl Engine {
                             std::io::Error::other(e.to_string()),
                         )
                     })?;
+                    self.store.drop_sealed(&key_tag(&e.task))?;
                 }
             }
             n += 1;
@@ -171,6 +184,36 @@ impl Engine {
         };
         self.commit(vec![Decided::step(&run, step, body)])?;
         Ok(())
+    }
+
+    /// The task's key, when its context is sealed and not erased.
+    fn task_key(&self, task: &str) -> Option<crate::erasure::TaskKey> {
+        self.keys
+            .as_ref()
+            .and_then(|k| crate::erasure::TaskKeys::key(k.as_ref(), task))
+    }
+
+    /// The bytes of a task's blob as stored (opened with the task's key
+    /// when sealed), unchecked: the caller compares the digest.
+    fn blob_bytes(&self, task: &str, uri: &str) -> Option<Vec<u8>> {
+        match self.task_key(task) {
+            Some(key) => {
+                let sealed = self.store.read_sealed(&key_tag(task), uri)?;
+                let sha = context::parse_context_uri(uri).ok()?.sha256();
+                // Bytes that do not open are damaged: handed on as they
+                // are, their digest cannot match (never "missing").
+                Some(key.open(&blob_aad(task, &sha), &sealed).unwrap_or(sealed))
+            }
+            None => self.store.read_raw(uri),
+        }
+    }
+
+    /// Where a task's blob lies on disk (sealed or not); tests tamper with it.
+    pub fn blob_file(&self, task: &str, uri: &str) -> Result<std::path::PathBuf> {
+        Ok(match self.task_key(task) {
+            Some(_) => self.store.sealed_path(&key_tag(task), uri)?,
+            None => self.store.blob_path(uri)?,
+        })
     }
 
     /// Make the task's key before its first record, when context is sealed.
@@ -295,7 +338,28 @@ impl Engine {
         }
         let now = self.now_ms();
         let ev = context::decide_put_blob(&state, content, media_type, ttl_s, now);
-        self.store.put(content)?;
+        match self.task_key(task) {
+            Some(key) => {
+                if content.len() > crate::content_store::MAX_BLOB_BYTES {
+                    return Err(crate::content_store::StoreError::TooLarge {
+                        size: content.len(),
+                    }
+                    .into());
+                }
+                let sha: [u8; 32] = sha2::Digest::finalize(sha2::Digest::chain_update(
+                    <sha2::Sha256 as sha2::Digest>::new(),
+                    content,
+                ))
+                .into();
+                let sealed = key
+                    .seal_deterministic(&blob_aad(task, &sha), content)
+                    .map_err(|_| LedgerError::Internal("sealing a blob"))?;
+                self.store.put_sealed(&key_tag(task), &sha, &sealed)?;
+            }
+            None => {
+                self.store.put(content)?;
+            }
+        }
         self.record_context(&state.master_run, ev.clone())?;
         match ev {
             ContextEvent::BlobPut {
@@ -357,7 +421,7 @@ impl Engine {
     /// Resolve a reference (R15): granted, not expired, digest checked.
     pub fn get_blob(&mut self, task: &str, agent: &str, uri: &str) -> Result<(Vec<u8>, String)> {
         let (state, open) = self.task_and_master(task)?;
-        let bytes = self.store.read_raw(uri);
+        let bytes = self.blob_bytes(task, uri);
         let actual = bytes.as_deref().map(context::sha256_hex);
         let d = context::require_open_master(&state, open).and_then(|_| {
             context::decide_blob_read(&state, agent, uri, actual.as_deref(), self.now_ms())
@@ -381,7 +445,7 @@ impl Engine {
     ) -> Result<(String, Layer1)> {
         let (state, open) = self.task_and_master(task)?;
         let now = self.now_ms();
-        let store = &self.store;
+        let this = &*self;
         let resolve = |uri: &str| -> Option<String> {
             if let Err(e) = context::parse_context_uri(uri) {
                 return Some(e.to_string());
@@ -395,9 +459,12 @@ impl Engine {
                     meta.expires_at
                 ));
             }
-            match store.get(uri) {
-                Ok(_) => None,
-                Err(e) => Some(e.to_string()),
+            match this.blob_bytes(task, uri) {
+                Some(b) if context::sha256_hex(&b) == meta.digest.trim_start_matches("sha256:") => {
+                    None
+                }
+                Some(_) => Some(format!("its content no longer matches {}", meta.digest)),
+                None => Some(format!("no content is stored for {uri}")),
             }
         };
         let d = context::require_open_master(&state, open)

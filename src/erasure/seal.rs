@@ -115,10 +115,17 @@ pub fn seal_record(
     let task = record.event.task();
     let kind = record.event.kind();
     let plain = crate::codec::to_bytes(record).map_err(|_| SealError::Opens)?;
+    let hold = match &record.event {
+        crate::context::ContextEvent::BlobPut {
+            uri, expires_at, ..
+        } => Some((uri.clone(), *expires_at)),
+        _ => None,
+    };
     Ok(crate::model::SealedContext {
         master_run: record.master_run.clone(),
         task: task.to_owned(),
         kind: kind.to_owned(),
+        hold,
         sealed: key.seal(&aad(kind, task, &record.master_run), &plain)?,
     })
 }

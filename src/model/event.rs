@@ -327,6 +327,10 @@ pub struct SealedContext {
     pub task: String,
     /// The sealed event's kind (`task_opened`, `context_sent`, …).
     pub kind: String,
+    /// A blob put: its ContextURI and until when the ledger holds it —
+    /// what the ledger keeps of content (refs and deadlines, never bytes),
+    /// in clear so the content store's sweep needs no key.
+    pub hold: Option<(String, u64)>,
     pub sealed: Vec<u8>,
 }
 

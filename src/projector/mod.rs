@@ -128,6 +128,13 @@ pub fn evolve(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Evolv
             }
         }
         LedgerEvent::SealedContext(sc) => {
+            // The hold on a blob is in clear: the same with or without the
+            // key, so views rebuilt after an erasure are the same.
+            if let Some((uri, expires_at)) = &sc.hold {
+                if let Ok(parsed) = crate::context::parse_context_uri(uri) {
+                    hold_content(txn, &parsed.sha256(), *expires_at)?;
+                }
+            }
             // Folded like a clear one, the state sealed again; without the
             // key (erased) there is nothing to fold.
             let task_key = txn.task_keys().key(&sc.task);
@@ -135,7 +142,6 @@ pub fn evolve(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Evolv
                 .as_ref()
                 .and_then(|k| crate::erasure::seal::open_record(k, sc).map(|r| (k.clone(), r)));
             if let Some((k, record)) = opened {
-                hold_blob(txn, &record.event)?;
                 let key = keys::sealed_task(&sc.task);
                 let state = txn
                     .get::<(String, Vec<u8>)>(&key)?
