@@ -58,20 +58,12 @@ fn serving(runs: usize, d: &std::path::Path) -> (common::server::Server, String)
         None,
         &["--checkpoint-ms", "100", "--ledger-partitions", "1"],
     );
-    let c = http(&s.url);
-    let mut body =
-        vec![json!({"op":"publish_agent","agent":"hotel","scope":"acme/travel"}).to_string()];
-    for i in 0..runs {
-        body.push(json!({"op":"open_run","run":format!("r{i}"),"agent":"hotel"}).to_string());
-    }
-    let r = c
-        .post(format!("{}/v1/ops", s.url))
-        .header("content-type", "application/x-ndjson")
-        .body(body.join("\n"))
-        .send()
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
-    assert!(!r.text().unwrap().contains("\"ok\":false"));
+    post_ops(
+        &s.url,
+        std::iter::once(json!({"op":"publish_agent","agent":"hotel","scope":"acme/travel"})).chain(
+            (0..runs).map(|i| json!({"op":"open_run","run":format!("r{i}"),"agent":"hotel"})),
+        ),
+    );
     (s, vkey.trim().to_owned())
 }
 
@@ -267,10 +259,9 @@ fn witness_once(
     )
 }
 
-fn open_runs(url: &str, names: impl Iterator<Item = String>) {
-    let body: Vec<String> = names
-        .map(|r| json!({"op":"open_run","run":r,"agent":"hotel"}).to_string())
-        .collect();
+/// Every op answered ok, through `POST /v1/ops` as one ndjson body.
+fn post_ops(url: &str, ops: impl Iterator<Item = Value>) {
+    let body: Vec<String> = ops.map(|o| o.to_string()).collect();
     let r = http(url)
         .post(format!("{url}/v1/ops"))
         .header("content-type", "application/x-ndjson")
@@ -407,7 +398,10 @@ fn a_witness_cosigns_what_extends_and_refuses_a_rewritten_history() {
     assert!(body.contains("not an Ed25519 cosignature"), "{body}");
 
     // The ledger grows; the witness proves the extension from the tiles.
-    open_runs(&s.url, (30..45).map(|i| format!("r{i}")));
+    post_ops(
+        &s.url,
+        (30..45).map(|i| json!({"op":"open_run","run":format!("r{i}"),"agent":"hotel"})),
+    );
     let (old_note, _, _) = checkpoint_reaching(&c, &format!("{}/checkpoint", s.url), 45);
     let (code, lines, err) = witness_once(&wdir, &s.url, &token, &vkey);
     assert_eq!(code, 0, "{err}");
@@ -432,14 +426,12 @@ fn a_witness_cosigns_what_extends_and_refuses_a_rewritten_history() {
         None,
         &["--checkpoint-ms", "100", "--ledger-partitions", "1"],
     );
-    open_runs(&s2.url, std::iter::empty());
-    let r = http(&s2.url)
-        .post(format!("{}/v1/ops", s2.url))
-        .body(json!({"op":"publish_agent","agent":"hotel","scope":"acme/travel"}).to_string())
-        .send()
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
-    open_runs(&s2.url, (0..60).map(|i| format!("forged-{i}")));
+    post_ops(
+        &s2.url,
+        std::iter::once(json!({"op":"publish_agent","agent":"hotel","scope":"acme/travel"})).chain(
+            (0..60).map(|i| json!({"op":"open_run","run":format!("forged-{i}"),"agent":"hotel"})),
+        ),
+    );
     let c2 = http(&s2.url);
     checkpoint_reaching(&c2, &format!("{}/checkpoint", s2.url), 60);
     let (code, t2, err) = common::cli(&b, &["token", "issue", "--principal", "auditor"]);
