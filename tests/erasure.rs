@@ -173,6 +173,20 @@ fn forgetting_a_task_erases_its_context_everywhere_and_verify_stays_clean() {
         .as_str()
         .unwrap()
         .contains("erased at"));
+    // Its id is not opened again (forgetting must reach what it names).
+    let (code, answers, _) = common::apply_answers(
+        dir,
+        &format!(
+            "{}\n{}\n",
+            json!({"op":"open_run","run":"m2","agent":"master"}),
+            json!({"op":"open_task","task":"t1","run":"m2","task_context":{
+                "TaskID":"T1","UserQuery":"again","TaskName":"n","TaskDescription":"d","GoalStatus":[],"OverallStatus":"open"}})
+        ),
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(answers[0]["ok"], true, "{answers:?}");
+    assert_eq!(answers[1]["error"]["code"], "task_exists", "{answers:?}");
     // Again: nothing more to erase, and said so.
     let again = apply(dir, &[json!({"op":"forget_task","task":"t1"})], &[]);
     assert_eq!(again[0]["erased"], false);

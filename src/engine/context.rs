@@ -186,6 +186,18 @@ impl Engine {
         Ok(())
     }
 
+    /// The master run of a task whose context is erased (or sealed with a
+    /// key that is gone).
+    fn erased_master(&self, task: &str) -> Result<Option<String>> {
+        if let Some((_, master)) = self.views.task_erased(task)? {
+            return Ok(Some(master));
+        }
+        if self.views.task(task)?.is_none() {
+            return Ok(self.views.sealed_task_master(task)?);
+        }
+        Ok(None)
+    }
+
     /// The task's key, when its context is sealed and not erased.
     fn task_key(&self, task: &str) -> Option<crate::erasure::TaskKey> {
         self.keys
@@ -280,6 +292,13 @@ impl Engine {
         } else if !run.is_open() {
             Err(ContextError::RunClosed {
                 run: master_run.to_string(),
+            })
+        } else if let Some(master) = self.erased_master(task)? {
+            // An erased task's id is not reused: its trail and its erasure
+            // name it, and forgetting must reach what is opened under it.
+            Err(ContextError::TaskExists {
+                task: task.to_string(),
+                master,
             })
         } else {
             context::decide_open(

@@ -155,7 +155,7 @@ pub fn evolve(txn: &mut ViewTxn<'_>, pos: Position, rec: Record) -> Result<Evolv
         LedgerEvent::ContextErased(e) => {
             // The sealed state was ciphertext; without the key it is noise.
             txn.del(keys::sealed_task(&e.task));
-            txn.put(keys::erased_task(&e.task), &e.at);
+            txn.put(keys::erased_task(&e.task), &(e.at, e.master_run.clone()));
         }
         LedgerEvent::RunDispatched(e) => {
             txn.del(keys::finished(e.closed_partition, e.closed_offset));

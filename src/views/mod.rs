@@ -356,6 +356,11 @@ impl Views {
 
     /// When the task's context was erased, if it was (unix ms).
     pub fn task_erased_at(&self, task: &str) -> Result<Option<u64>, ViewError> {
+        Ok(self.task_erased(task)?.map(|(at, _)| at))
+    }
+
+    /// When the task's context was erased, and its master run.
+    pub fn task_erased(&self, task: &str) -> Result<Option<(u64, String)>, ViewError> {
         self.get_typed(&keys::erased_task(task))
     }
 
