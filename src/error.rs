@@ -63,6 +63,9 @@ pub enum LedgerError {
         partition: u32,
         offset: u64,
     },
+    /// A task's key (see `crate::erasure`) cannot be made, read or deleted.
+    #[error(transparent)]
+    Keys(#[from] crate::erasure::keys::KeyError),
     /// The Merkle tiles (derived data) cannot be read or written.
     #[error(transparent)]
     Tiles(#[from] crate::audit::tiles::TileError),
@@ -125,7 +128,7 @@ impl LedgerError {
             LedgerError::Views(_) | LedgerError::Tiles(_) => Code::ViewError,
             LedgerError::Store(_) => Code::ContentStoreError,
             LedgerError::DataDirInUse(_) => Code::DataDirInUse,
-            LedgerError::Io { .. } | LedgerError::Tls(_) => Code::IoError,
+            LedgerError::Io { .. } | LedgerError::Tls(_) | LedgerError::Keys(_) => Code::IoError,
             LedgerError::Undecodable { .. } | LedgerError::MissingRecord { .. } => {
                 Code::CorruptRecord
             }

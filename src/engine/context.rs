@@ -102,12 +102,7 @@ impl Engine {
     /// Delete the task's key, then record that it is gone.
     fn erase(&mut self, task: &str, master_run: &str, at: u64, expired: bool) -> Result<()> {
         if let Some(keys) = &self.keys {
-            keys.forget(task).map_err(|e| {
-                LedgerError::io(
-                    "erasing the task's key",
-                    std::io::Error::other(e.to_string()),
-                )
-            })?;
+            keys.forget(task)?;
         }
         // Unreadable already; gone too.
         self.store.drop_sealed(&key_tag(task))?;
@@ -133,12 +128,7 @@ impl Engine {
             return Ok(0);
         };
         let now = self.now_ms();
-        let expired = keys.expired(now).map_err(|e| {
-            LedgerError::io(
-                "reading the task keys",
-                std::io::Error::other(e.to_string()),
-            )
-        })?;
+        let expired = keys.expired(now)?;
         let mut n = 0;
         for e in expired {
             match self.views.sealed_task_master(&e.task)? {
@@ -148,12 +138,7 @@ impl Engine {
                 // A key with no sealed state here (another instance's
                 // task, or erased already): the key goes all the same.
                 _ => {
-                    keys.forget(&e.task).map_err(|e| {
-                        LedgerError::io(
-                            "erasing a task's key",
-                            std::io::Error::other(e.to_string()),
-                        )
-                    })?;
+                    keys.forget(&e.task)?;
                     self.store.drop_sealed(&key_tag(&e.task))?;
                 }
             }
@@ -235,12 +220,7 @@ impl Engine {
         }
         if let Some(keys) = &self.keys {
             let until = self.now_ms().saturating_add(self.opts.context_ttl_ms);
-            keys.create(task, until).map_err(|e| {
-                LedgerError::io(
-                    "making the task's key",
-                    std::io::Error::other(e.to_string()),
-                )
-            })?;
+            keys.create(task, until)?;
         }
         Ok(())
     }

@@ -43,12 +43,7 @@ impl DataDir {
     }
     /// The task keys of this data dir.
     pub fn key_store(&self) -> Result<Arc<KeyStore>> {
-        KeyStore::open(self.keys()).map(Arc::new).map_err(|e| {
-            LedgerError::io(
-                "opening the task keys",
-                std::io::Error::other(e.to_string()),
-            )
-        })
+        Ok(Arc::new(KeyStore::open(self.keys())?))
     }
     pub fn blobs(&self) -> PathBuf {
         self.root.join("blobs")
