@@ -36,7 +36,7 @@
 //!   ([`engine`]'s `commit`: encode → append → project its own records),
 //!   dispatch (R7), the data dir and its trusted views.
 //! - [`apply`]: the JSON-lines interface; [`report`]: trails for people and
-//!   machines; [`rebuild`]: fresh views from the log; [`synthetic`]:
+//!   machines; [`picture`]: a chain drawn as DOT or SVG; [`rebuild`]: fresh views from the log; [`synthetic`]:
 //!   generated ledgers for benchmarks.
 
 pub mod apply;
@@ -53,6 +53,7 @@ pub mod limits;
 pub mod log;
 pub mod loops;
 pub mod model;
+pub mod picture;
 pub mod private_files;
 pub mod projector;
 pub mod protocol;

@@ -7,7 +7,10 @@
 use crate::codes::Code;
 use crate::engine::Engine;
 use crate::error::LedgerError;
+use crate::error::Refusal;
 use crate::log::Topic;
+use crate::model::{LedgerEvent, ListenerRefused};
+use crate::picture::ChainPicture;
 use crate::protocol::{Failure, LoopCheckOut, WithheldOut};
 use crate::report;
 use serde::{Deserialize, Serialize};
@@ -28,6 +31,11 @@ pub enum Query {
     Chain {
         run: String,
     },
+    /// A run's chain drawn (`chain --format dot|svg`).
+    Picture {
+        run: String,
+        format: PictureFormat,
+    },
     Agent {
         name: String,
     },
@@ -47,6 +55,39 @@ pub enum Query {
         #[serde(default)]
         as_of: Option<u64>,
     },
+}
+
+/// How a chain is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PictureFormat {
+    Dot,
+    Svg,
+}
+
+impl PictureFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PictureFormat::Dot => "dot",
+            PictureFormat::Svg => "svg",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "dot" => Some(PictureFormat::Dot),
+            "svg" => Some(PictureFormat::Svg),
+            _ => None,
+        }
+    }
+
+    /// The media type a server answers it with.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            PictureFormat::Dot => "text/vnd.graphviz; charset=utf-8",
+            PictureFormat::Svg => "image/svg+xml",
+        }
+    }
 }
 
 /// What a question's answer prints: lines for stdout, or a refusal (exit
@@ -105,6 +146,7 @@ pub fn answer(engine: &mut Engine, q: &Query, json: bool) -> Result<Said, Ledger
         }
         Query::Trail { run, chain, as_of } => trail(engine, run, *chain, as_of.as_deref(), json),
         Query::Chain { run } => chain(engine, run, json),
+        Query::Picture { run, format } => picture(engine, run, *format),
         Query::Agent { name } => agent(engine, name, json),
         Query::Status => status(engine, json),
         Query::Stats { task } => stats(engine, task, json),
@@ -214,6 +256,48 @@ fn chain(engine: &Engine, run: &str, json: bool) -> Result<Said, LedgerError> {
         }
     }
     Ok(Said::answered(out))
+}
+
+/// The picture of `run`'s chain: its runs' states and the listener
+/// refusals its trail records.
+pub fn chain_picture(engine: &Engine, run: &str) -> Result<ChainPicture, LedgerError> {
+    let views = engine.views();
+    let state = views
+        .run(run)?
+        .ok_or_else(|| Refusal::new(Code::UnknownRun, format!("no run {run:?} in the ledger")))?;
+    let (root, ids) = match &state.root {
+        Some(root) => (
+            root.clone(),
+            views
+                .chain(root)?
+                .map(|c| c.runs)
+                .unwrap_or_else(|| vec![run.to_string()]),
+        ),
+        None => (run.to_string(), vec![run.to_string()]),
+    };
+    let mut runs = Vec::with_capacity(ids.len());
+    for r in &ids {
+        if let Some(s) = views.run(r)? {
+            runs.push(s.state);
+        }
+    }
+    let refusals: Vec<ListenerRefused> =
+        report::collect_trail(views, engine.log().as_ref(), run, true)?
+            .into_iter()
+            .filter_map(|(_, s)| match s.event {
+                LedgerEvent::ListenerRefused(f) => Some(f),
+                _ => None,
+            })
+            .collect();
+    Ok(ChainPicture::of(&root, &runs, &refusals))
+}
+
+fn picture(engine: &Engine, run: &str, format: PictureFormat) -> Result<Said, LedgerError> {
+    let p = chain_picture(engine, run)?;
+    Ok(Said::answered(match format {
+        PictureFormat::Dot => crate::picture::dot::render(&p),
+        PictureFormat::Svg => crate::picture::svg::render(&p, None),
+    }))
 }
 
 fn agent(engine: &Engine, name: &str, json: bool) -> Result<Said, LedgerError> {

@@ -236,6 +236,15 @@ pub fn run(dir: &Path) -> Result<i32> {
         "  explore: agentledger --data {} trail dev-0 --chain | stats tour | verify | status | rebuild",
         dir.display()
     );
+    outln!(
+        "  picture: agentledger --data {} chain dev-0 --format svg > chain.svg   (or --format dot)",
+        dir.display()
+    );
+    outln!(
+        "  pages:   agentledger --data {} serve --listen 127.0.0.1:8700, then open http://127.0.0.1:8700/ (user any, password: the token in {})",
+        dir.display(),
+        dir.join("serve.token").display()
+    );
     Ok(0)
 }
 

@@ -22,9 +22,14 @@ pub fn print(said: &Said) -> Result<i32> {
 /// Answer `q` through the server that owns the data dir, if one does, else
 /// from the data dir itself.
 pub fn ask(cli: &Cli, q: Query) -> Result<i32> {
+    ask_with(cli, q, cli.json)
+}
+
+/// [`ask`], as JSON or not whatever `--json` says.
+pub fn ask_with(cli: &Cli, q: Query, json: bool) -> Result<i32> {
     if let Some(server) = super::remote::server_for(cli)? {
-        return print(&server.query(&q, cli.json)?);
+        return print(&server.query(&q, json)?);
     }
     let mut engine = open_engine_read_only(cli)?;
-    print(&queries::answer(&mut engine, &q, cli.json)?)
+    print(&queries::answer(&mut engine, &q, json)?)
 }

@@ -24,7 +24,7 @@ use agentledger::log::kafka::{
     KafkaConfig, KafkaLog, KafkaSecurity, Password, SaslLogin, SaslMechanism,
 };
 use agentledger::log::Log;
-use agentledger::queries::Query;
+use agentledger::queries::{PictureFormat, Query};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::io::{BufReader, Write};
@@ -383,9 +383,13 @@ pub enum Command {
         #[command(flatten)]
         acting: ActingAs,
     },
-    /// Show the runs of a run's chain with their hops.
+    /// Show the runs of a run's chain with their hops, or draw the chain
+    /// (`--format svg > chain.svg`, `--format dot | dot -Tpng`).
     Chain {
         run: String,
+        /// text (or --json), or a picture: dot (Graphviz) or svg.
+        #[arg(long, value_parser = ["text", "json", "dot", "svg"])]
+        format: Option<String>,
         #[command(flatten)]
         acting: ActingAs,
     },
@@ -827,7 +831,14 @@ fn run_command(cli: Cli) -> Result<i32> {
             *as_of,
             out.as_deref(),
         ),
-        Command::Chain { run, .. } => inspect::ask(&cli, Query::Chain { run: run.clone() }),
+        Command::Chain { run, format, .. } => {
+            let run = run.clone();
+            let q = match format.as_deref().and_then(PictureFormat::parse) {
+                Some(format) => Query::Picture { run, format },
+                None => Query::Chain { run },
+            };
+            inspect::ask_with(&cli, q, cli.json || format.as_deref() == Some("json"))
+        }
         Command::Agent { name, .. } => inspect::ask(&cli, Query::Agent { name: name.clone() }),
         Command::Status { .. } => inspect::ask(&cli, Query::Status),
         Command::Rebuild => rebuild(&cli),

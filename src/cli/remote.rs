@@ -197,6 +197,10 @@ impl Server {
                 format!("/v1/runs/{}/trail", enc(run))
             }
             Query::Chain { run } => format!("/v1/runs/{}/chain", enc(run)),
+            Query::Picture { run, format } => {
+                params[0].1 = format.as_str().to_string();
+                format!("/v1/runs/{}/chain", enc(run))
+            }
             Query::Agent { name } => format!("/v1/agents/{}", enc(name)),
             Query::Stats { task } => format!("/v1/tasks/{}/stats", enc(task)),
             Query::Status => "/v1/status".to_string(),

@@ -11,7 +11,7 @@ use crate::apply::parse_line;
 use crate::auth::{authorize, jwt, tokens, Action, Facts};
 use crate::codes::Code;
 use crate::protocol::{Failure, Reply};
-use crate::queries::{self, Query};
+use crate::queries::{self, PictureFormat, Query};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
@@ -132,6 +132,8 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/checkpoint", get(super::tlog::first_checkpoint))
         .route("/tile/{*path}", get(super::tlog::first_tile))
+        .route("/", get(super::pages::index))
+        .route("/chains/{root}", get(super::pages::chain))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
@@ -236,6 +238,30 @@ fn same_secret(a: &[u8; 32], b: &[u8; 32]) -> bool {
 pub struct Asked {
     headers: HeaderMap,
     client: Option<ClientIdentity>,
+}
+
+impl Asked {
+    /// The request with HTTP Basic credentials read as a bearer token (the
+    /// password; the user name is ignored): how a browser, challenged
+    /// with Basic, shows the token.
+    pub(super) fn basic_as_bearer(mut self) -> Asked {
+        use base64::Engine as _;
+        let token = self
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (scheme, rest) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("basic").then_some(rest.trim())
+            })
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .and_then(|b| String::from_utf8(b).ok())
+            .and_then(|up| up.split_once(':').map(|(_, p)| p.to_string()));
+        if let Some(t) = token.and_then(|t| HeaderValue::from_str(&format!("Bearer {t}")).ok()) {
+            self.headers.insert(header::AUTHORIZATION, t);
+        }
+        self
+    }
 }
 
 impl std::ops::Deref for Asked {
@@ -497,9 +523,14 @@ async fn ask(
 /// A read, in one job of the ledger thread: the caller's token checked
 /// and its grant held to the policy, then the question answered.
 async fn ask_inner(s: &AppState, caller: Caller, q: Query, params: &ReadParams) -> Response {
+    let picture = match &q {
+        Query::Picture { format, .. } => Some(*format),
+        _ => None,
+    };
     let json = match params.format.as_deref() {
         None | Some("json") => Ok(true),
         Some("text") => Ok(false),
+        Some(_) if picture.is_some() => Ok(false),
         Some(other) => Err(Failure::new(
             Code::InvalidRequest,
             format!("format {other:?} is not json or text"),
@@ -515,7 +546,7 @@ async fn ask_inner(s: &AppState, caller: Caller, q: Query, params: &ReadParams) 
         Ok(said) => said,
         Err(r) => return r,
     };
-    let json = params.format.as_deref() != Some("text");
+    let json = picture.is_none() && params.format.as_deref() != Some("text");
     let exit = HeaderValue::from(said.exit_code());
     // A failure is the protocol's JSON in either format: the CLI prints
     // its line from it.
@@ -529,7 +560,16 @@ async fn ask_inner(s: &AppState, caller: Caller, q: Query, params: &ReadParams) 
             );
             r
         }
-        (None, false) => (StatusCode::OK, said.out).into_response(),
+        (None, false) => {
+            let mut r = (StatusCode::OK, said.out).into_response();
+            if let Some(f) = picture {
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(f.content_type()),
+                );
+            }
+            r
+        }
     };
     r.headers_mut().insert(EXIT_HEADER, exit);
     r
@@ -580,14 +620,11 @@ async fn chain(
     Path(run): Path<String>,
     QueryParams(p): QueryParams<ReadParams>,
 ) -> Response {
-    ask(
-        &s,
-        &headers,
-        Query::Chain { run },
-        &p,
-        "/v1/runs/{run}/chain",
-    )
-    .await
+    let q = match p.format.as_deref().and_then(PictureFormat::parse) {
+        Some(format) => Query::Picture { run, format },
+        None => Query::Chain { run },
+    };
+    ask(&s, &headers, q, &p, "/v1/runs/{run}/chain").await
 }
 
 async fn agent(

@@ -2,12 +2,14 @@
 //! engine and runs the serve loop ([`ledger`]); tokio and axum carry the
 //! same protocol as `apply` over HTTP, WebSocket and SSE ([`http`]);
 //! published events are followed by cursor ([`events`]); counters for
-//! Prometheus ([`metrics`]).
+//! Prometheus ([`metrics`]); the log as C2SP tlog tiles ([`tlog`]); the
+//! auditor's HTML pages ([`pages`]).
 
 pub mod events;
 pub mod http;
 pub mod ledger;
 pub mod metrics;
+pub mod pages;
 pub mod tlog;
 pub mod tls;
 
