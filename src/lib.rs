@@ -36,7 +36,8 @@
 //!   ([`engine`]'s `commit`: encode → append → project its own records),
 //!   dispatch (R7), the data dir and its trusted views.
 //! - [`apply`]: the JSON-lines interface; [`report`]: trails for people and
-//!   machines; [`picture`]: a chain drawn as DOT or SVG; [`rebuild`]: fresh views from the log; [`synthetic`]:
+//!   machines; [`picture`]: a chain drawn as DOT or SVG; [`published`]: the
+//!   CloudEvents downstream consumers read; [`rebuild`]: fresh views from the log; [`synthetic`]:
 //!   generated ledgers for benchmarks.
 
 pub mod apply;
@@ -57,6 +58,7 @@ pub mod picture;
 pub mod private_files;
 pub mod projector;
 pub mod protocol;
+pub mod published;
 pub mod queries;
 pub mod rebuild;
 pub mod report;

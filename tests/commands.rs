@@ -123,10 +123,11 @@ fn subscribe_prints_every_published_event_and_never_a_withheld_one() {
     // Runs at hops 0..7 each published one event; the run at hop 8 withheld.
     assert_eq!(events.len(), 8);
     for (e, run) in events.iter().zip(&runs) {
-        assert_eq!(e["source_run"], json!(run));
-        assert_eq!(e["schema"], "agentledger.published_event.v1");
+        assert_eq!(e["subject"], json!(run));
+        assert_eq!(e["specversion"], "1.0");
+        assert_eq!(e["data"]["schema"], "agentledger.published_event.v1");
     }
-    assert!(events.iter().all(|e| e["source_run"] != json!(runs[8])));
+    assert!(events.iter().all(|e| e["subject"] != json!(runs[8])));
     let (_, two, _) = cli(d.path(), &["subscribe", "--from-beginning", "--max", "2"]);
     assert_eq!(two.lines().count(), 2);
 }

@@ -445,7 +445,7 @@ fn sse_resumes_with_last_event_id_losing_and_repeating_nothing() {
     let runs: Vec<String> = got
         .iter()
         .chain(&rest)
-        .map(|(_, e)| e["source_run"].as_str().unwrap().to_string())
+        .map(|(_, e)| e["subject"].as_str().unwrap().to_string())
         .collect();
     let mut sorted = runs.clone();
     sorted.sort();
@@ -536,7 +536,9 @@ fn websocket_subscribe_streams_published_events_on_the_same_socket() {
         );
         assert_eq!(replies[0]["subscribed"], json!(true));
         assert_eq!(published.len(), 1, "{published:?}");
-        assert_eq!(published[0]["published"]["source_run"], "r1");
+        assert_eq!(published[0]["published"]["subject"], "r1");
+        assert_eq!(published[0]["published"]["type"], "code.ready");
+        assert_eq!(published[0]["published"]["specversion"], "1.0");
         assert!(published[0]["id"].as_str().is_some());
     });
 }

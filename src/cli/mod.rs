@@ -102,6 +102,11 @@ pub struct Cli {
     /// How long a task's context (its key) lives, in seconds.
     #[arg(long, global = true, default_value_t = agentledger::engine::DEFAULT_CONTEXT_TTL_MS / 1000)]
     pub context_ttl_secs: u64,
+    /// The ledger's name in the CloudEvents it publishes (`source` =
+    /// agentledger/<ledger id>/<agent>). Default: the checkpoint key's
+    /// name, else `local`. Every instance of one ledger should give the same.
+    #[arg(long, global = true, env = "AGENTLEDGER_LEDGER_ID")]
+    pub ledger_id: Option<String>,
     /// Partitions of the ledger topic when it is created.
     #[arg(long, global = true, default_value_t = 4)]
     pub ledger_partitions: u32,
@@ -633,6 +638,7 @@ pub fn options(cli: &Cli) -> Result<EngineOptions> {
             SealContext::Auto => cli.kafka.is_none(),
         },
         context_ttl_ms: cli.context_ttl_secs.saturating_mul(1000),
+        ledger: cli.ledger_id.clone(),
         ..EngineOptions::default()
     };
     o.embedded.topic_prefix = cli.topic_prefix.clone();

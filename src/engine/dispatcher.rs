@@ -6,7 +6,8 @@
 //! dispatch record is missing; listener run ids are deterministic, so a run
 //! opened before the crash is found and not opened again (R3).
 //!
-//! Each published event also goes to the `published` topic as JSON, before
+//! Each published event also goes to the `published` topic as a CloudEvent
+//! ([`crate::published`]), before
 //! the dispatch record: a downstream consumer may see an event twice after a
 //! crash (dedupe by `event_id`) but never miss one, and never sees a
 //! withheld one.
@@ -15,8 +16,8 @@ use super::{Decided, Engine};
 use crate::error::Result;
 use crate::log::Topic;
 use crate::model::*;
+use crate::published::{CloudEvent, Publisher};
 use crate::rules::decide::{self, ListenerOutcome};
-use crate::views::RunState;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenedListener {
@@ -57,29 +58,6 @@ pub struct DispatchAnswer {
     pub withheld: Vec<WithheldRun>,
     /// How many finished runs this sweep walked past.
     pub dispatched_runs: u64,
-}
-
-/// The JSON a downstream consumer reads from the `published` topic
-/// (schemas/published_event.json).
-pub fn published_json(run: &RunState, ev: &AgentEventOut, time_ms: u64) -> serde_json::Value {
-    serde_json::json!({
-        "schema": "agentledger.published_event.v1",
-        "event_id": ev.event_id,
-        "event": ev.event,
-        "context": ev.context,
-        "source_run": run.run,
-        "agent": run.agent,
-        "version": run.version,
-        "root": run.root,
-        "hop": run.hop,
-        "time_ms": time_ms,
-        "artifacts": ev.artifacts.iter().map(|a| {
-            let mut o = crate::report::artifact_json(a);
-            o["source_run"] = serde_json::json!(a.source_run);
-            o["labels"] = serde_json::json!(a.labels);
-            o
-        }).collect::<Vec<_>>(),
-    })
 }
 
 impl Engine {
@@ -143,16 +121,27 @@ impl Engine {
         }
 
         let now = self.now_ms();
+        let key = ids::chain_key(run.root.as_deref(), &run.run);
+        let by = Publisher {
+            ledger: self.opts.ledger_name(),
+            run: &run.run,
+            agent: &run.agent,
+            version: run.version,
+            root: key,
+            hop: run.hop.unwrap_or(0),
+        };
+        let mut headers = Vec::new();
         for ev in &events {
+            let e = CloudEvent::of(&by, ev, now);
+            headers.push(e.kafka_headers());
             published_json_recs.push((
-                ids::chain_key(run.root.as_deref(), &run.run)
-                    .as_bytes()
-                    .to_vec(),
-                serde_json::to_vec(&published_json(&run, ev, now)).unwrap_or_default(),
+                key.as_bytes().to_vec(),
+                serde_json::to_vec(&e).unwrap_or_default(),
             ));
         }
         if !published_json_recs.is_empty() {
-            self.log.append(Topic::Published, &published_json_recs)?;
+            self.log
+                .append_with_headers(Topic::Published, &published_json_recs, &headers)?;
         }
         let mut run = run;
         for ev in &events {

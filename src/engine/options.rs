@@ -41,6 +41,21 @@ pub struct EngineOptions {
     pub seal_context: bool,
     /// How long a task's key (and so its context) lives, in milliseconds.
     pub context_ttl_ms: u64,
+    /// The ledger's name in what it publishes (CloudEvents `source`:
+    /// `agentledger/<ledger>/<agent>`). `None`: the signing key's name (it
+    /// names the ledger in checkpoint origins too), else `local`.
+    pub ledger: Option<String>,
+}
+
+impl EngineOptions {
+    /// The ledger's name (see [`EngineOptions::ledger`]).
+    pub fn ledger_name(&self) -> &str {
+        match (&self.ledger, &self.signer) {
+            (Some(l), _) => l,
+            (None, Some(k)) => k.name(),
+            (None, None) => "local",
+        }
+    }
 }
 
 /// Default life of a task's context: 30 days.
@@ -57,6 +72,7 @@ impl Default for EngineOptions {
             signer: None,
             seal_context: true,
             context_ttl_ms: DEFAULT_CONTEXT_TTL_MS,
+            ledger: None,
         }
     }
 }

@@ -43,7 +43,7 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::metadata::Metadata;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{Offset, TopicPartitionList};
@@ -954,30 +954,21 @@ fn ensure_topics(
     Ok(counts)
 }
 
-impl Log for KafkaLog {
-    fn partitions(&self, topic: Topic) -> u32 {
-        self.partitions.get(&topic).copied().unwrap_or(0)
-    }
-
-    fn append(
-        &self,
-        topic: Topic,
-        records: &[(Vec<u8>, Vec<u8>)],
-    ) -> Result<Vec<(u32, u64)>, LogError> {
-        self.append_begin(topic, records)?.wait()
-    }
-
-    fn partition_of(&self, topic: Topic, key: &[u8]) -> u32 {
-        super::murmur2::partition(key, self.partitions(topic))
-    }
-
-    fn append_begin<'a>(
+impl KafkaLog {
+    /// [`Log::append_begin`], with each record's headers when given.
+    fn append_begin_with<'a>(
         &'a self,
         topic: Topic,
         records: &[(Vec<u8>, Vec<u8>)],
+        headers: Option<&[super::Headers]>,
     ) -> Result<Box<dyn super::Appending + 'a>, LogError> {
-        for (k, p) in records {
-            let size = k.len() + p.len();
+        let header_size = |i: usize| {
+            headers
+                .and_then(|h| h.get(i))
+                .map_or(0, |h| h.iter().map(|(k, v)| k.len() + v.len()).sum())
+        };
+        for (i, (k, p)) in records.iter().enumerate() {
+            let size = k.len() + p.len() + header_size(i);
             if size > MAX_RECORD_BYTES {
                 return Err(LogError::TooLarge {
                     size,
@@ -1004,6 +995,14 @@ impl Log for KafkaLog {
                 .partition(self.partition_of(topic, key) as i32)
                 .key(key.as_slice())
                 .payload(payload.as_slice());
+            if let Some(h) = headers.and_then(|h| h.get(index)) {
+                record = record.headers(h.iter().fold(OwnedHeaders::new(), |o, (k, v)| {
+                    o.insert(Header {
+                        key: k,
+                        value: Some(v),
+                    })
+                }));
+            }
             loop {
                 match producer.producer.send(record) {
                     Ok(()) => {
@@ -1037,6 +1036,42 @@ impl Log for KafkaLog {
             enqueued,
             enqueue_error,
         }))
+    }
+}
+
+impl Log for KafkaLog {
+    fn partitions(&self, topic: Topic) -> u32 {
+        self.partitions.get(&topic).copied().unwrap_or(0)
+    }
+
+    fn append(
+        &self,
+        topic: Topic,
+        records: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<Vec<(u32, u64)>, LogError> {
+        self.append_begin(topic, records)?.wait()
+    }
+
+    fn partition_of(&self, topic: Topic, key: &[u8]) -> u32 {
+        super::murmur2::partition(key, self.partitions(topic))
+    }
+
+    fn append_with_headers(
+        &self,
+        topic: Topic,
+        records: &[(Vec<u8>, Vec<u8>)],
+        headers: &[super::Headers],
+    ) -> Result<Vec<(u32, u64)>, LogError> {
+        self.append_begin_with(topic, records, Some(headers))?
+            .wait()
+    }
+
+    fn append_begin<'a>(
+        &'a self,
+        topic: Topic,
+        records: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<Box<dyn super::Appending + 'a>, LogError> {
+        self.append_begin_with(topic, records, None)
     }
 
     fn read(

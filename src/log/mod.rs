@@ -115,6 +115,9 @@ impl LogError {
     }
 }
 
+/// A record's message headers: (name, value) pairs.
+pub type Headers = Vec<(String, Vec<u8>)>;
+
 /// A partitioned, append-only log with per-partition offsets.
 pub trait Log: Send + Sync {
     /// Number of partitions of a topic.
@@ -127,6 +130,20 @@ pub trait Log: Send + Sync {
         topic: Topic,
         records: &[(Vec<u8>, Vec<u8>)],
     ) -> Result<Vec<(u32, u64)>, LogError>;
+
+    /// [`Log::append`] with message headers, one list per record (the
+    /// CloudEvents Kafka binding's `ce_` attributes on the `published`
+    /// topic). Headers only ever repeat what the payload says: a backend
+    /// without them (the embedded log) appends the records alone.
+    fn append_with_headers(
+        &self,
+        topic: Topic,
+        records: &[(Vec<u8>, Vec<u8>)],
+        headers: &[Headers],
+    ) -> Result<Vec<(u32, u64)>, LogError> {
+        let _ = headers;
+        self.append(topic, records)
+    }
 
     /// Start a group of appends made durable together: until
     /// [`Log::end_group`], an append may return before its records are

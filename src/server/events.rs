@@ -79,7 +79,7 @@ pub struct Filter {
 impl Filter {
     pub fn admits(&self, e: &Value) -> bool {
         if let Some(name) = &self.event {
-            if e["event"].as_str() != Some(name.as_str()) {
+            if e["type"].as_str() != Some(name.as_str()) {
                 return false;
             }
         }
@@ -92,7 +92,7 @@ impl Filter {
                             .is_some_and(|rest| rest.starts_with('/'))
                 })
             };
-            let any = e["artifacts"].as_array().is_some_and(|arts| {
+            let any = e["data"]["artifacts"].as_array().is_some_and(|arts| {
                 arts.iter().any(|a| {
                     a["labels"]
                         .as_array()
