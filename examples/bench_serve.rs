@@ -148,6 +148,7 @@ impl Running {
                 server::run(
                     move || Engine::open_embedded(&open_dir, EngineOptions::default()),
                     LoopOptions {
+                        otlp: None,
                         group: "bench".into(),
                         poll: Duration::from_millis(200),
                         gc_interval: Duration::from_secs(3600),

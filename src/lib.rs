@@ -37,7 +37,8 @@
 //!   dispatch (R7), the data dir and its trusted views.
 //! - [`apply`]: the JSON-lines interface; [`report`]: trails for people and
 //!   machines; [`picture`]: a chain drawn as DOT or SVG; [`published`]: the
-//!   CloudEvents downstream consumers read; [`rebuild`]: fresh views from the log; [`synthetic`]:
+//!   CloudEvents downstream consumers read; [`trace`]: chains as
+//!   OpenTelemetry GenAI spans; [`rebuild`]: fresh views from the log; [`synthetic`]:
 //!   generated ledgers for benchmarks.
 
 pub mod apply;
@@ -65,6 +66,7 @@ pub mod report;
 pub mod rules;
 pub mod server;
 pub mod synthetic;
+pub mod trace;
 pub mod views;
 
 pub use engine::{Engine, EngineOptions};

@@ -31,6 +31,12 @@ pub enum Query {
     Chain {
         run: String,
     },
+    /// A run's spans, or its chain's, as OTLP/JSON (`trail --otlp`).
+    Trace {
+        run: String,
+        #[serde(default)]
+        chain: bool,
+    },
     /// A run's chain drawn (`chain --format dot|svg`).
     Picture {
         run: String,
@@ -147,6 +153,7 @@ pub fn answer(engine: &mut Engine, q: &Query, json: bool) -> Result<Said, Ledger
         Query::Trail { run, chain, as_of } => trail(engine, run, *chain, as_of.as_deref(), json),
         Query::Chain { run } => chain(engine, run, json),
         Query::Picture { run, format } => picture(engine, run, *format),
+        Query::Trace { run, chain } => trace(engine, run, *chain),
         Query::Agent { name } => agent(engine, name, json),
         Query::Status => status(engine, json),
         Query::Stats { task } => stats(engine, task, json),
@@ -290,6 +297,59 @@ pub fn chain_picture(engine: &Engine, run: &str) -> Result<ChainPicture, LedgerE
             })
             .collect();
     Ok(ChainPicture::of(&root, &runs, &refusals))
+}
+
+/// The spans of `run` (with `whole_chain`, of every run of its chain).
+pub fn spans(
+    engine: &Engine,
+    run: &str,
+    whole_chain: bool,
+) -> Result<Vec<opentelemetry_sdk::trace::SpanData>, LedgerError> {
+    let views = engine.views();
+    let steps = report::collect_trail(views, engine.log().as_ref(), run, whole_chain)?;
+    // Runs in the order their first step was recorded: parents first.
+    let mut order: Vec<String> = Vec::new();
+    let mut by_run: std::collections::HashMap<String, Vec<crate::views::TrailStep>> =
+        std::collections::HashMap::new();
+    for (r, s) in steps {
+        if !by_run.contains_key(&r) {
+            order.push(r.clone());
+        }
+        by_run.entry(r).or_default().push(s);
+    }
+    let mut out = Vec::new();
+    for r in order {
+        let Some(state) = views.run(&r)? else {
+            continue;
+        };
+        let mut trail = by_run.remove(&r).unwrap_or_default();
+        trail.sort_by_key(|s| s.step);
+        let warnings: Vec<String> = views
+            .versions(&state.agent)?
+            .into_iter()
+            .find(|v| v.version == state.version)
+            .map(|v| {
+                v.loop_check
+                    .warnings
+                    .iter()
+                    .map(|w| w.text.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.extend(crate::trace::run_spans(&crate::trace::RunTrail {
+            run: &state.state,
+            steps: &trail,
+            loop_warnings: &warnings,
+        }));
+    }
+    Ok(out)
+}
+
+fn trace(engine: &Engine, run: &str, whole_chain: bool) -> Result<Said, LedgerError> {
+    let spans = spans(engine, run, whole_chain)?;
+    let mut out = crate::trace::otlp::to_json(spans, engine.ledger_name());
+    out.push('\n');
+    Ok(Said::answered(out))
 }
 
 fn picture(engine: &Engine, run: &str, format: PictureFormat) -> Result<Said, LedgerError> {

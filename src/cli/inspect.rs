@@ -4,7 +4,7 @@
 
 use super::{open_engine_read_only, Cli};
 use agentledger::queries::{self, Query, Said};
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use std::io::Write as _;
 
 /// Print what a question's answer says and give its exit code.
@@ -23,6 +23,26 @@ pub fn print(said: &Said) -> Result<i32> {
 /// from the data dir itself.
 pub fn ask(cli: &Cli, q: Query) -> Result<i32> {
     ask_with(cli, q, cli.json)
+}
+
+/// [`ask`], writing what it answers to `file` (`-`: stdout).
+pub fn write_to(cli: &Cli, q: Query, file: &std::path::Path) -> Result<i32> {
+    if file.as_os_str() == "-" {
+        return ask_with(cli, q, true);
+    }
+    let said = match super::remote::server_for(cli)? {
+        Some(server) => server.query(&q, true)?,
+        None => queries::answer(&mut open_engine_read_only(cli)?, &q, true)?,
+    };
+    if said.failure.is_none() {
+        std::fs::write(file, said.out.as_bytes())
+            .with_context(|| format!("writing {}", file.display()))?;
+        eprintln!("agentledger: wrote {}", file.display());
+    }
+    if let Some(line) = said.error_line() {
+        eprintln!("{line}");
+    }
+    Ok(said.exit_code())
 }
 
 /// [`ask`], as JSON or not whatever `--json` says.

@@ -290,6 +290,10 @@ pub enum Command {
         /// followed by "ms").
         #[arg(long)]
         as_of: Option<String>,
+        /// Write the run (with --chain, its chain) as OpenTelemetry GenAI
+        /// spans to FILE, OTLP/JSON (`-` for stdout), instead of the trail.
+        #[arg(long, value_name = "FILE", conflicts_with = "as_of")]
+        otlp: Option<PathBuf>,
     },
     /// Context-exchange totals of a task: bytes inline vs behind references.
     Stats {
@@ -442,6 +446,11 @@ pub enum Command {
         /// new records at least this often, besides every 1024 records.
         #[arg(long, default_value_t = 1000)]
         checkpoint_ms: u64,
+        /// Export each run as OpenTelemetry GenAI spans to this OTLP/HTTP
+        /// collector as it closes (e.g. http://127.0.0.1:4318; /v1/traces
+        /// is added to a base URL).
+        #[arg(long, value_name = "URL", env = "AGENTLEDGER_OTLP_ENDPOINT")]
+        otlp_endpoint: Option<String>,
         /// Answer the network at this address (e.g. 127.0.0.1:8700; port 0
         /// picks one): POST /v1/ops, GET /v1/ws, GET /v1/events, the reads,
         /// /metrics, /healthz, /readyz. The bound address is printed and
@@ -789,6 +798,19 @@ fn run_command(cli: Cli) -> Result<i32> {
             })
         }
         Command::Trail {
+            run,
+            chain,
+            otlp: Some(file),
+            ..
+        } => inspect::write_to(
+            &cli,
+            Query::Trace {
+                run: run.clone(),
+                chain: *chain,
+            },
+            file,
+        ),
+        Command::Trail {
             run, chain, as_of, ..
         } => inspect::ask(
             &cli,
@@ -883,6 +905,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             gc_interval_secs,
             gc_grace_secs,
             checkpoint_ms,
+            otlp_endpoint,
             listen,
             request_timeout_ms,
             max_in_flight,
@@ -903,6 +926,7 @@ fn run_command(cli: Cli) -> Result<i32> {
                 gc_interval: std::time::Duration::from_secs(*gc_interval_secs),
                 gc_grace: std::time::Duration::from_secs(*gc_grace_secs),
                 checkpoint_every: std::time::Duration::from_millis(*checkpoint_ms),
+                otlp_endpoint: otlp_endpoint.clone(),
                 listen: *listen,
                 http: agentledger::server::HttpOptions {
                     max_body: *max_body_bytes,

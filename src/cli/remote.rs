@@ -197,6 +197,10 @@ impl Server {
                 format!("/v1/runs/{}/trail", enc(run))
             }
             Query::Chain { run } => format!("/v1/runs/{}/chain", enc(run)),
+            Query::Trace { run, chain } => {
+                params.push(("chain", chain.to_string()));
+                format!("/v1/runs/{}/trace", enc(run))
+            }
             Query::Picture { run, format } => {
                 params[0].1 = format.as_str().to_string();
                 format!("/v1/runs/{}/chain", enc(run))

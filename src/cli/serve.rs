@@ -28,6 +28,7 @@ pub struct ServeOptions {
     pub gc_interval: Duration,
     pub gc_grace: Duration,
     pub checkpoint_every: Duration,
+    pub otlp_endpoint: Option<String>,
     pub listen: Option<std::net::SocketAddr>,
     pub http: agentledger::server::HttpOptions,
 }
@@ -46,7 +47,24 @@ fn opener(
 }
 
 pub fn serve(cli: &Cli, opts: &ServeOptions, shutdown: Arc<AtomicBool>) -> Result<i32> {
+    // A collector URL that cannot be used is said before anything starts.
+    let otlp = match &opts.otlp_endpoint {
+        Some(url) => {
+            let e = agentledger::trace::otlp::LiveExporter::new(
+                url,
+                super::options(cli)?.ledger_name(),
+                Duration::from_secs(10),
+            )?;
+            eprintln!(
+                "agentledger: exporting runs as OpenTelemetry spans to {} as they close",
+                e.endpoint()
+            );
+            Some(Arc::new(e))
+        }
+        None => None,
+    };
     let loop_opts = agentledger::server::LoopOptions {
+        otlp,
         group: opts.group.clone(),
         poll: opts.poll,
         gc_interval: opts.gc_interval,

@@ -138,6 +138,16 @@ impl Engine {
     }
 
     /// The key checkpoints are signed with, if any.
+    /// The ledger's name in what it publishes and exports.
+    pub fn ledger_name(&self) -> &str {
+        self.opts.ledger_name()
+    }
+
+    /// This instance's name on the records it writes.
+    pub fn writer(&self) -> &str {
+        &self.opts.writer
+    }
+
     pub fn signer(&self) -> Option<&crate::audit::note::SignerKey> {
         self.opts.signer.as_deref()
     }

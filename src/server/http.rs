@@ -107,6 +107,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events", get(sse_events))
         .route("/v1/runs/{run}/trail", get(trail))
         .route("/v1/runs/{run}/chain", get(chain))
+        .route("/v1/runs/{run}/trace", get(trace))
         .route("/v1/agents/{name}", get(agent))
         .route("/v1/tasks/{task}/stats", get(stats))
         .route("/v1/status", get(status))
@@ -527,6 +528,8 @@ async fn ask_inner(s: &AppState, caller: Caller, q: Query, params: &ReadParams) 
         Query::Picture { format, .. } => Some(*format),
         _ => None,
     };
+    // An OTLP request is one JSON document, not lines.
+    let one_document = matches!(q, Query::Trace { .. });
     let json = match params.format.as_deref() {
         None | Some("json") => Ok(true),
         Some("text") => Ok(false),
@@ -556,7 +559,11 @@ async fn ask_inner(s: &AppState, caller: Caller, q: Query, params: &ReadParams) 
             let mut r = (StatusCode::OK, said.out).into_response();
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
-                HeaderValue::from_static("application/x-ndjson"),
+                HeaderValue::from_static(if one_document {
+                    "application/json"
+                } else {
+                    "application/x-ndjson"
+                }),
             );
             r
         }
@@ -625,6 +632,20 @@ async fn chain(
         None => Query::Chain { run },
     };
     ask(&s, &headers, q, &p, "/v1/runs/{run}/chain").await
+}
+
+/// The chain as OTLP/JSON (`?chain=false`: the run alone).
+async fn trace(
+    State(s): State<AppState>,
+    headers: Asked,
+    Path(run): Path<String>,
+    QueryParams(p): QueryParams<ReadParams>,
+) -> Response {
+    let q = Query::Trace {
+        run,
+        chain: p.chain.unwrap_or(true),
+    };
+    ask(&s, &headers, q, &p, "/v1/runs/{run}/trace").await
 }
 
 async fn agent(

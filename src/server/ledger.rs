@@ -37,6 +37,8 @@ pub struct LoopOptions {
     /// only in count.
     pub checkpoint_every: Duration,
     pub say: Say,
+    /// Export each run this instance closes as OpenTelemetry spans.
+    pub otlp: Option<Arc<crate::trace::otlp::LiveExporter>>,
 }
 
 pub use crate::protocol::Line;

@@ -30,6 +30,8 @@ pub struct Metrics {
     lag: Family<Labels, Gauge>,
     log_syncs: Counter,
     log_syncs_seen: std::sync::atomic::AtomicU64,
+    otlp_spans: Family<Labels, Counter>,
+    otlp_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -104,7 +106,21 @@ impl Metrics {
             "Records of the log not yet projected (kind=projector) or dispatched (kind=dispatch), by topic and partition",
             lag.clone(),
         );
+        let otlp_spans = Family::<Labels, Counter>::default();
+        registry.register(
+            "otlp_spans",
+            "Spans given to the OTLP collector (outcome=exported) or dropped from a full queue (outcome=dropped)",
+            otlp_spans.clone(),
+        );
+        let otlp_failures = Counter::default();
+        registry.register(
+            "otlp_export_failures",
+            "OTLP export requests the collector did not take (retried)",
+            otlp_failures.clone(),
+        );
         Metrics {
+            otlp_spans,
+            otlp_failures,
             registry,
             operations,
             refusals,
@@ -174,6 +190,22 @@ impl Metrics {
                 .get_or_create(&vec![("reason", r.reason.code().into())])
                 .inc();
         }
+    }
+
+    pub fn otlp_exported(&self, n: u64) {
+        self.otlp_spans
+            .get_or_create(&vec![("outcome", "exported".into())])
+            .inc_by(n);
+    }
+
+    pub fn otlp_dropped(&self, n: u64) {
+        self.otlp_spans
+            .get_or_create(&vec![("outcome", "dropped".into())])
+            .inc_by(n);
+    }
+
+    pub fn otlp_failed(&self) {
+        self.otlp_failures.inc();
     }
 
     pub fn http(&self, route: &'static str, status: u16) {

@@ -3,12 +3,14 @@
 //! same protocol as `apply` over HTTP, WebSocket and SSE ([`http`]);
 //! published events are followed by cursor ([`events`]); counters for
 //! Prometheus ([`metrics`]); the log as C2SP tlog tiles ([`tlog`]); the
-//! auditor's HTML pages ([`pages`]).
+//! auditor's HTML pages ([`pages`]); spans exported live as runs close
+//! ([`otlp`]).
 
 pub mod events;
 pub mod http;
 pub mod ledger;
 pub mod metrics;
+pub mod otlp;
 pub mod pages;
 pub mod tlog;
 pub mod tls;
@@ -54,7 +56,11 @@ pub fn run(
 ) -> Result<Summary, LedgerError> {
     let metrics = Arc::new(metrics::Metrics::new());
     let stop_ledger = Arc::new(AtomicBool::new(false));
+    let exporter = loop_opts.otlp.clone();
+    let poll = loop_opts.poll;
     let (handle, thread) = ledger::start(open, loop_opts, metrics, stop_ledger.clone())?;
+    let stop_otlp = Arc::new(AtomicBool::new(false));
+    let otlp = exporter.map(|e| otlp::follow(handle.clone(), e, poll, stop_otlp.clone()));
     let served = match listen {
         None => {
             while !shutdown.load(Ordering::SeqCst) && !thread.is_finished() {
@@ -65,6 +71,11 @@ pub fn run(
         }
         Some((addr, opts)) => listen_until(handle, addr, opts, data, shutdown, on_listening),
     };
+    // The exporter's last look needs the ledger thread: stop it first.
+    stop_otlp.store(true, Ordering::SeqCst);
+    if let Some(t) = otlp {
+        let _ = t.join();
+    }
     stop_ledger.store(true, Ordering::SeqCst);
     let summary = thread
         .join()

@@ -1,0 +1,371 @@
+//! Chains as OpenTelemetry GenAI spans: `trail --chain --otlp FILE` on the
+//! demo (one trace per chain, an `invoke_agent` span per run parented by
+//! the run that opened it, `execute_tool` reads, span events for withheld
+//! events and refused listeners), taken by a real OpenTelemetry Collector
+//! (`AGENTLEDGER_TEST_OTELCOL`, built by `tools/otelcol/build.sh`), and
+//! `serve --otlp-endpoint` sending each run to the collector as it closes —
+//! also when the collector only comes up after the run closed.
+
+mod common;
+
+use common::server;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn otelcol() -> String {
+    match std::env::var("AGENTLEDGER_TEST_OTELCOL") {
+        Ok(v) if !v.trim().is_empty() => v,
+        _ => panic!(
+            "AGENTLEDGER_TEST_OTELCOL is not set: run the tests with `tools/test` (it builds the \
+             collector with tools/otelcol/build.sh), or export AGENTLEDGER_TEST_OTELCOL=$(tools/otelcol/build.sh)"
+        ),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A collector with the OTLP/HTTP receiver on `port`, writing what it
+/// receives to `out` as OTLP/JSON lines. Killed when dropped.
+struct Collector {
+    child: Child,
+    out: PathBuf,
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Collector {
+    fn start(dir: &Path, port: u16) -> Collector {
+        let out = dir.join(format!("received-{port}.jsonl"));
+        let config = dir.join(format!("otelcol-{port}.yaml"));
+        std::fs::write(
+            &config,
+            format!(
+                "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{port}\n\
+                 exporters:\n  file:\n    path: {}\n    format: json\n    flush_interval: 100ms\n\
+                 service:\n  pipelines:\n    traces:\n      receivers: [otlp]\n      exporters: [file]\n\
+                 \x20 telemetry:\n    metrics:\n      level: none\n",
+                out.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(otelcol())
+            .arg("--config")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("otelcol-{port}.log"))).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the collector did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Collector { child, out }
+    }
+
+    fn url(&self, port: u16) -> String {
+        format!("http://127.0.0.1:{port}")
+    }
+
+    /// Every span received so far.
+    fn spans(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .flat_map(|req| spans_of(&req))
+            .collect()
+    }
+
+    /// Wait until `want` says the spans received are enough.
+    fn wait_for(&self, what: &str, want: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let spans = self.spans();
+            if want(&spans) {
+                return spans;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the collector did not receive {what}: {spans:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn spans_of(request: &Value) -> Vec<Value> {
+    request["resourceSpans"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|rs| rs["scopeSpans"].as_array().cloned().unwrap_or_default())
+        .flat_map(|ss| ss["spans"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+fn attr<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
+    span["attributes"]
+        .as_array()?
+        .iter()
+        .find(|a| a["key"] == key)
+        .map(|a| &a["value"])
+}
+
+fn string_attr(span: &Value, key: &str) -> String {
+    attr(span, key)
+        .and_then(|v| v["stringValue"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The `invoke_agent` spans by their run.
+fn runs(spans: &[Value]) -> BTreeMap<String, Value> {
+    spans
+        .iter()
+        .filter(|s| {
+            s["name"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("invoke_agent ")
+        })
+        .map(|s| (string_attr(s, "agentledger.run"), s.clone()))
+        .collect()
+}
+
+fn demo(dir: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .args(["demo", "--dir"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}
+
+#[test]
+fn a_chain_as_otlp_json_a_collector_takes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    demo(&dir);
+    let file = tmp.path().join("dev-0.json");
+    let (rc, _, err) = common::cli(
+        &dir,
+        &[
+            "trail",
+            "dev-0",
+            "--chain",
+            "--otlp",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(rc, 0, "{err}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let request: Value = serde_json::from_str(&text).unwrap();
+    let spans = spans_of(&request);
+    let by_run = runs(&spans);
+    assert_eq!(by_run.len(), 9, "an invoke_agent span per run");
+    let trace = spans[0]["traceId"].as_str().unwrap().to_string();
+    assert_eq!(trace.len(), 32);
+    assert!(
+        spans.iter().all(|s| s["traceId"] == trace.as_str()),
+        "one trace"
+    );
+    for s in by_run.values() {
+        assert_eq!(string_attr(s, "gen_ai.operation.name"), "invoke_agent");
+        assert_eq!(string_attr(s, "gen_ai.conversation.id"), "dev-0");
+        assert!(!string_attr(s, "gen_ai.agent.name").is_empty());
+        assert!(string_attr(s, "gen_ai.agent.id").contains("@v"));
+        // Parent: the run that opened it (its trigger), none for the root.
+        let parent = s["parentSpanId"].as_str().unwrap_or("");
+        if string_attr(s, "agentledger.run") == "dev-0" {
+            assert!(parent.is_empty());
+        } else {
+            assert!(
+                by_run.values().any(|p| p["spanId"] == parent),
+                "{s}: parent is a run of the chain"
+            );
+        }
+    }
+    let last = by_run
+        .values()
+        .find(|s| attr(s, "agentledger.hop").and_then(|v| v["intValue"].as_str()) == Some("8"))
+        .expect("the run at hop 8");
+    let withheld = last["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "agentledger.events_withheld")
+        .expect("the withheld event");
+    assert!(withheld.to_string().contains("hop_limit"));
+
+    // The incident chain: a read span, and the scope barrier's refusal.
+    let (rc, inc, err) = common::cli(&dir, &["trail", "inc-1", "--chain", "--otlp", "-"]);
+    assert_eq!(rc, 0, "{err}");
+    let inc_spans = spans_of(&serde_json::from_str(&inc).unwrap());
+    let read = inc_spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool read_artifact")
+        .expect("a read span");
+    assert_eq!(string_attr(read, "gen_ai.operation.name"), "execute_tool");
+    assert_eq!(string_attr(read, "gen_ai.tool.name"), "read_artifact");
+    let reader = runs(&inc_spans)
+        .into_values()
+        .find(|s| s["spanId"] == read["parentSpanId"])
+        .expect("the read's parent is its run's span");
+    assert_eq!(string_attr(&reader, "gen_ai.agent.name"), "responder");
+    assert!(inc.contains("agentledger.listener_refused") && inc.contains("scope_barrier"));
+
+    // The same through a server, and a real collector takes the file.
+    let srv = server::start(&dir, None, &[]);
+    let r = server::http(&srv.url)
+        .get(format!("{}/v1/runs/dev-0/trace", srv.url))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    assert!(
+        r.text().unwrap() == text,
+        "the server's trace is the file's"
+    );
+    drop(srv);
+    let port = free_port();
+    let collector = Collector::start(tmp.path(), port);
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{}/v1/traces", collector.url(port)))
+        .header("content-type", "application/json")
+        .body(text)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap_or_default());
+    let got = collector.wait_for("the file's spans", |s| s.len() == spans.len());
+    assert_eq!(runs(&got).len(), 9);
+}
+
+fn post(url: &str, body: Value) -> Value {
+    let r = server::http(url)
+        .post(format!("{url}/v1/ops"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .unwrap();
+    let v: Value = serde_json::from_str(&r.text().unwrap()).unwrap();
+    assert_eq!(v["ok"], json!(true), "{body} -> {v}");
+    v
+}
+
+/// The chain's runs, once it has `n`.
+fn chain_runs(url: &str, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v: Value = server::http(url)
+            .get(format!("{url}/v1/runs/r0/chain"))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let runs: Vec<String> = v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run"].as_str().unwrap().to_string())
+            .collect();
+        if runs.len() >= n {
+            return runs;
+        }
+        assert!(Instant::now() < deadline, "the chain did not grow: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn serve_exports_each_run_as_it_closes_even_to_a_collector_that_comes_late() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    // Nothing listens there yet: the ledger goes on regardless.
+    let srv = server::start(&tmp.path().join("d"), None, &["--otlp-endpoint", &endpoint]);
+    let url = srv.url.clone();
+    for (agent, listens, emits, art) in [
+        ("developer", "review.done", "code.ready", "patch"),
+        ("reviewer", "code.ready", "review.done", "review"),
+    ] {
+        post(
+            &url,
+            json!({"op":"publish_agent","agent":agent,"scope":"acme/platform","listens":[listens],
+                   "emits":[{"event":emits,"context":"c","artifacts":[art]}]}),
+        );
+    }
+    post(
+        &url,
+        json!({"op":"open_run","run":"r0","agent":"developer"}),
+    );
+    let started = Instant::now();
+    post(
+        &url,
+        json!({"op":"close_run","run":"r0","status":"succeeded","artifacts":{"patch":"p"}}),
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a collector that is down does not hold up a close"
+    );
+    let r1 = chain_runs(&url, 2)[1].clone();
+    post(&url, json!({"op":"read_artifact","run":r1,"name":"patch"}));
+    post(
+        &url,
+        json!({"op":"close_run","run":r1,"status":"succeeded","artifacts":{"review":"r"}}),
+    );
+    let r2 = chain_runs(&url, 3)[2].clone();
+    std::thread::sleep(Duration::from_millis(500));
+
+    // The collector comes up: what waited is sent, then what closes next.
+    let collector = Collector::start(tmp.path(), port);
+    collector.wait_for("r0 and r1", |s| {
+        let r = runs(s);
+        r.contains_key("r0") && r.contains_key(&r1)
+    });
+    post(
+        &url,
+        json!({"op":"close_run","run":r2,"status":"failed","artifacts":{}}),
+    );
+    let spans = collector.wait_for("r2", |s| runs(s).contains_key(&r2));
+    let by_run = runs(&spans);
+    assert_eq!(by_run.len(), 3, "each closed run once: {by_run:?}");
+    let trace = by_run["r0"]["traceId"].clone();
+    assert!(by_run.values().all(|s| s["traceId"] == trace));
+    assert_eq!(by_run[&r1]["parentSpanId"], by_run["r0"]["spanId"]);
+    assert_eq!(by_run[&r2]["parentSpanId"], by_run[&r1]["spanId"]);
+    assert_eq!(by_run[&r2]["status"]["code"], json!(2), "failed: ERROR");
+    let read = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool read_artifact")
+        .expect("r1's read");
+    assert_eq!(read["parentSpanId"], by_run[&r1]["spanId"]);
+    // Counted for Prometheus.
+    let metrics = server::http(&url)
+        .get(format!("{url}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        metrics.contains("agentledger_otlp_spans_total{outcome=\"exported\"} 4"),
+        "{metrics}"
+    );
+    assert!(metrics
+        .lines()
+        .any(|l| l.starts_with("agentledger_otlp_export_failures_total ") && !l.ends_with(" 0")));
+}
