@@ -45,7 +45,8 @@ pub struct CloudEvent {
     /// record's key).
     pub partitionkey: String,
     /// Extension: the labels of the event's artifacts, sorted, joined by
-    /// `,` (CloudEvents attributes are scalars).
+    /// one space (CloudEvents attributes are scalars; a label never holds
+    /// white space, so the list splits back unambiguously).
     pub labels: String,
     /// Extension: the publishing agent's version.
     pub agentversion: u32,
@@ -138,7 +139,7 @@ impl CloudEvent {
             hop: by.hop,
             root: by.root.to_string(),
             partitionkey: by.root.to_string(),
-            labels: labels.join(","),
+            labels: labels.join(" "),
             agentversion: by.version,
             data: PublishedData {
                 schema: DATA_SCHEMA.into(),
@@ -232,7 +233,7 @@ mod tests {
         assert_eq!(e.kind, "code.ready");
         assert_eq!(e.subject, "r1");
         assert_eq!(e.time, "2023-11-14T22:13:20.123Z");
-        assert_eq!(e.labels, "area:acme/platform,untrusted");
+        assert_eq!(e.labels, "area:acme/platform untrusted");
         assert_eq!(e.partitionkey, "r0");
         assert_eq!(
             e.data.artifacts[0].digest,

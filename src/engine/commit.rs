@@ -30,6 +30,10 @@ impl Engine {
             return Ok(Vec::new());
         }
         let now = self.now_ms();
+        self.closed += pending
+            .iter()
+            .filter(|p| matches!(p.event, LedgerEvent::RunClosed(_)))
+            .count() as u64;
         let mut encoded: Vec<Vec<u8>> = Vec::with_capacity(pending.len());
         for p in &pending {
             let bytes = codec::encode_by(

@@ -61,6 +61,9 @@ pub struct Engine {
     /// Whose requests the engine is carrying out: recorded on every record
     /// it writes (`operator` unless told otherwise).
     principal: String,
+    /// Runs this engine has closed: a serve loop dispatches at once when
+    /// it grows, instead of at its next poll.
+    closed: u64,
     _lock: Option<File>,
 }
 
@@ -127,6 +130,7 @@ impl Engine {
             caught_up_at: None,
             attestation: Default::default(),
             follow_ups: Vec::new(),
+            closed: 0,
             grouping: false,
             principal: crate::codec::V1_PRINCIPAL.to_string(),
             _lock: None,
@@ -141,6 +145,11 @@ impl Engine {
     /// The ledger's name in what it publishes and exports.
     pub fn ledger_name(&self) -> &str {
         self.opts.ledger_name()
+    }
+
+    /// How many runs this engine has closed (records committed).
+    pub fn closed_runs(&self) -> u64 {
+        self.closed
     }
 
     /// This instance's name on the records it writes.

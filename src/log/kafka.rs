@@ -954,6 +954,33 @@ fn ensure_topics(
     Ok(counts)
 }
 
+/// A consumer assigned to every partition of a topic from its end: a fetch
+/// the broker holds until a record arrives wakes it, whichever partition
+/// the record is in.
+struct KafkaTailWatch {
+    consumer: BaseConsumer<Ctx>,
+}
+
+impl super::TailWatch for KafkaTailWatch {
+    fn wait(&mut self, timeout: Duration) -> Result<bool, LogError> {
+        let mut any = match self.consumer.poll(timeout) {
+            None => return Ok(false),
+            Some(Ok(_)) => true,
+            Some(Err(e)) => {
+                return Err(LogError::Config(format!("following the tail: {e}")));
+            }
+        };
+        // Take what else is already here, so one wake covers a burst.
+        for _ in 0..4096 {
+            match self.consumer.poll(Duration::ZERO) {
+                Some(Ok(_)) => any = true,
+                _ => break,
+            }
+        }
+        Ok(any)
+    }
+}
+
 impl KafkaLog {
     /// [`Log::append_begin`], with each record's headers when given.
     fn append_begin_with<'a>(
@@ -1297,6 +1324,28 @@ impl Log for KafkaLog {
             std::thread::sleep(pause.min(deadline - now));
             pause = (pause * 2).min(Duration::from_millis(200));
         }
+    }
+
+    fn tail_watch(&self, topic: Topic) -> Result<Option<Box<dyn super::TailWatch>>, LogError> {
+        let consumer: BaseConsumer<Ctx> = consumer_config(&self.config)
+            // Only that something arrived matters: small fetches.
+            .set("max.partition.fetch.bytes", "65536")
+            .set("fetch.wait.max.ms", "500")
+            .create_with_context(Ctx)
+            .map_err(|e| LogError::Config(format!("cannot create the Kafka consumer: {e}")))?;
+        let name = self.topic_name(topic);
+        // The ends now, not `Offset::End`: that is resolved at the first
+        // fetch, and what is appended before it would be missed.
+        let ends = self.end_offsets(topic)?;
+        let mut tpl = TopicPartitionList::new();
+        for (p, end) in ends.iter().enumerate() {
+            tpl.add_partition_offset(name, p as i32, Offset::Offset(*end as i64))
+                .map_err(|e| LogError::Config(format!("cannot follow {name}/{p}: {e}")))?;
+        }
+        consumer
+            .assign(&tpl)
+            .map_err(|e| LogError::Config(format!("cannot follow {name}: {e}")))?;
+        Ok(Some(Box::new(KafkaTailWatch { consumer })))
     }
 
     fn join(&self, group: &str) -> Result<Box<dyn super::group::Membership>, LogError> {

@@ -249,6 +249,15 @@ pub trait Log: Send + Sync {
         timeout: Duration,
     ) -> Result<u64, LogError>;
 
+    /// A watch over every partition of `topic` from its end now, for a
+    /// thread that must wake as soon as another writer appends (see
+    /// [`TailWatch`]). `None` where no other process can write (the
+    /// embedded log: its data dir is locked by its one writer).
+    fn tail_watch(&self, topic: Topic) -> Result<Option<Box<dyn TailWatch>>, LogError> {
+        let _ = topic;
+        Ok(None)
+    }
+
     /// A short description for status output.
     fn describe(&self) -> String;
 
@@ -266,6 +275,13 @@ pub trait Log: Send + Sync {
             partitions: self.partitions(Topic::Ledger),
         }))
     }
+}
+
+/// Wakes whoever follows a topic when any of its partitions grows.
+pub trait TailWatch: Send {
+    /// Block until records arrive past what this watch has seen, in any
+    /// partition, or `timeout` passes; says whether any arrived.
+    fn wait(&mut self, timeout: Duration) -> Result<bool, LogError>;
 }
 
 /// An append begun with [`Log::append_begin`].

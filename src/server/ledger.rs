@@ -9,7 +9,7 @@ use crate::auth::Grant;
 use crate::codes::Code;
 use crate::engine::{DispatchAnswer, Engine};
 use crate::error::LedgerError;
-use crate::log::Log;
+use crate::log::{Log, Topic};
 use crate::protocol::{self, Failure, Reply};
 use crate::server::metrics::Metrics;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -79,6 +79,8 @@ enum Job {
         reply: oneshot::Sender<OpsAnswer>,
     },
     Call(Box<dyn FnOnce(&mut Engine) + Send>),
+    /// Another writer appended to the ledger (see [`watch_tail`]): look now.
+    Wake,
 }
 
 /// The ledger thread has stopped (shut down, or failed): nothing more can
@@ -97,6 +99,9 @@ pub struct LedgerHandle {
     /// Set when the thread has ended (stopped, or failed).
     pub ended: Arc<AtomicBool>,
     pub metrics: Arc<Metrics>,
+    /// Counts the handles: the tail watcher holds a sender of its own, so
+    /// the channel alone cannot say when every handle is gone.
+    _alive: Arc<()>,
 }
 
 impl LedgerHandle {
@@ -152,6 +157,7 @@ pub fn channel(log: Arc<dyn Log>, metrics: Arc<Metrics>) -> (LedgerHandle, Jobs)
         ready: Arc::new(AtomicBool::new(true)),
         ended: Arc::new(AtomicBool::new(false)),
         metrics: metrics.clone(),
+        _alive: Arc::new(()),
     };
     (handle, Jobs { rx, metrics })
 }
@@ -189,6 +195,9 @@ pub fn start(
     stop: Arc<AtomicBool>,
 ) -> Result<(LedgerHandle, JoinHandle<Result<Summary, LedgerError>>), LedgerError> {
     let (tx, rx) = mpsc::channel::<Job>();
+    let wake_tx = tx.clone();
+    let handles = Arc::new(());
+    let loop_handles = handles.clone();
     let (opened_tx, opened_rx) = mpsc::sync_channel(1);
     let ready = Arc::new(AtomicBool::new(false));
     let ended = Arc::new(AtomicBool::new(false));
@@ -208,7 +217,28 @@ pub fn start(
                     return Err(LedgerError::Internal("the engine did not open"));
                 }
             };
-            let result = serve_loop(engine, rx, &opts, &stop, &thread_ready, &thread_metrics);
+            let watcher = match engine.log().tail_watch(Topic::Ledger) {
+                Ok(Some(w)) => Some(watch_tail(w, wake_tx, stop.clone())),
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::warn!("cannot follow the ledger's tail ({e}); polling it instead");
+                    None
+                }
+            };
+            let result = serve_loop(
+                engine,
+                rx,
+                &opts,
+                &stop,
+                &thread_ready,
+                &thread_metrics,
+                &loop_handles,
+            );
+            if let Some(w) = watcher {
+                // It looks at the stop flag at least every 100 ms.
+                stop.store(true, Ordering::SeqCst);
+                let _ = w.join();
+            }
             if let Err(e) = &result {
                 tracing::error!("the serve loop stopped: {e}");
             }
@@ -238,9 +268,44 @@ pub fn start(
             ready,
             ended,
             metrics,
+            _alive: handles,
         },
         thread,
     ))
+}
+
+/// Wake the serve loop whenever another writer appends to a ledger
+/// partition (another instance closed a run): one consumer over every
+/// partition, woken by any of them, instead of polling each.
+fn watch_tail(
+    mut watch: Box<dyn crate::log::TailWatch>,
+    tx: mpsc::Sender<Job>,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("agentledger-tail".into())
+        .spawn(move || {
+            let mut failing = false;
+            while !stop.load(Ordering::SeqCst) {
+                match watch.wait(Duration::from_millis(100)) {
+                    Ok(true) => {
+                        failing = false;
+                        if tx.send(Job::Wake).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(false) => failing = false,
+                    Err(e) => {
+                        if !failing {
+                            tracing::warn!("following the ledger's tail: {e}");
+                            failing = true;
+                        }
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                }
+            }
+        })
+        .expect("spawn the tail watcher")
 }
 
 fn serve_loop(
@@ -250,6 +315,7 @@ fn serve_loop(
     stop: &AtomicBool,
     ready: &AtomicBool,
     metrics: &Metrics,
+    handles: &Arc<()>,
 ) -> Result<Summary, LedgerError> {
     let mut member = engine.log().join(&opts.group)?;
     tracing::info!(
@@ -283,13 +349,25 @@ fn serve_loop(
             opts.poll.min(Duration::from_millis(100))
         };
         let job = match rx.recv_timeout(wait) {
+            // New records from another writer: dispatch now, not at the
+            // next poll.
+            Ok(Job::Wake) => {
+                busy = true;
+                None
+            }
             Ok(job) => Some(job),
+            // Every handle dropped (this loop holds one count of its own).
+            Err(mpsc::RecvTimeoutError::Timeout) if Arc::strong_count(handles) == 1 => break,
             Err(mpsc::RecvTimeoutError::Timeout) => None,
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
         if !due(busy, last_step) {
             if job.is_some() {
+                let closed = engine.closed_runs();
                 run_jobs(&mut engine, job, &rx, metrics, &mut summary, None)?;
+                // A run closed here starts its listeners at once: the
+                // next turn sweeps without waiting for the poll.
+                busy = engine.closed_runs() != closed;
             }
             continue;
         }
@@ -380,7 +458,7 @@ fn run_jobs(
     let mut after = None;
     let mut lines = 0;
     match first {
-        None => {}
+        None | Some(Job::Wake) => {}
         Some(Job::Call(f)) => after = Some(f),
         Some(Job::Ops {
             caller,
@@ -403,6 +481,8 @@ fn run_jobs(
                         after = Some(f);
                         break;
                     }
+                    // The sweep this group is followed by looks anyway.
+                    Ok(Job::Wake) => {}
                     Err(_) => break,
                 }
             }

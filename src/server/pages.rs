@@ -226,9 +226,9 @@ header a { color: #222; text-decoration: none; font-weight: bold; }
 table { border-collapse: collapse; }
 td, th { border: 1px solid #ddd; padding: .25em .6em; text-align: left; }
 th { background: #f4f4f4; }
-.layout { display: flex; gap: 1.5em; align-items: flex-start; flex-wrap: wrap; }
-.picture { overflow-x: auto; max-width: 100%; border: 1px solid #ddd; }
-.trail { flex: 1; min-width: 30em; }
+.layout { display: flex; gap: 1.5em; align-items: flex-start; }
+.picture { flex: 0 1 58%; min-width: 20em; overflow-x: auto; border: 1px solid #ddd; }
+.trail { flex: 1 1 42%; min-width: 24em; max-height: 85vh; overflow-y: auto; }
 .run-steps { border-left: 4px solid #ddd; padding: .2em .8em; margin: .6em 0; }
 .run-steps:target { border-left-color: #1c7ed6; background: #e7f5ff; }
 .run-steps ol { font-family: monospace; font-size: 12px; margin: .3em 0; padding-left: 2.2em; }

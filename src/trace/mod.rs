@@ -304,7 +304,7 @@ pub fn run_spans(t: &RunTrail) -> Vec<SpanData> {
             run.status.map_or("open", RunStatus::as_str),
         ),
         KeyValue::new("agentledger.scope", run.scope.clone()),
-        KeyValue::new("agentledger.labels", run.labels.join(",")),
+        KeyValue::new("agentledger.labels", run.labels.join(" ")),
     ];
     if let Some(h) = run.hop {
         attributes.push(KeyValue::new("agentledger.hop", i64::from(h)));
