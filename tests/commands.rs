@@ -157,3 +157,19 @@ fn demo_plays_the_seed_scenarios_and_leaves_a_ledger_that_verifies() {
     let (code, _, err) = cli(d.path(), &["demo", "--dir", dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
 }
+
+#[test]
+fn the_views_cache_is_bounded_by_cache_mb_and_zero_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let (code, _, err) = cli(d.path(), &["--cache-mb", "0", "status"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--cache-mb"), "{err}");
+    let mut l = Ledger::open(d.path());
+    l.drive_loop("r0");
+    drop(l);
+    let (code, out, err) = cli(d.path(), &["--cache-mb", "16", "trail", "r0"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("r0"), "{out}");
+    let (code, _, err) = cli(d.path(), &["--cache-mb", "16", "rebuild"]);
+    assert_eq!(code, 0, "{err}");
+}

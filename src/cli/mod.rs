@@ -107,6 +107,10 @@ pub struct Cli {
     /// name, else `local`. Every instance of one ledger should give the same.
     #[arg(long, global = true, env = "AGENTLEDGER_LEDGER_ID")]
     pub ledger_id: Option<String>,
+    /// Memory the views' page cache may take, in MiB. Default: a
+    /// sixteenth of the machine's memory, 64 to 256 MiB.
+    #[arg(long, global = true, env = "AGENTLEDGER_CACHE_MB", value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub cache_mb: Option<u64>,
     /// Partitions of the ledger topic when it is created.
     #[arg(long, global = true, default_value_t = 4)]
     pub ledger_partitions: u32,
@@ -639,6 +643,9 @@ fn signer(cli: &Cli) -> Result<Option<std::sync::Arc<agentledger::audit::note::S
 }
 
 pub fn options(cli: &Cli) -> Result<EngineOptions> {
+    if let Some(mb) = cli.cache_mb {
+        agentledger::views::set_cache_bytes(mb << 20);
+    }
     let mut o = EngineOptions {
         signer: signer(cli)?,
         seal_context: match cli.seal_context {

@@ -83,6 +83,38 @@ pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
     codec::to_bytes(value).unwrap_or_default()
 }
 
+/// The page cache of every views store this process opens, in bytes (0:
+/// not set, [`default_cache_bytes`]).
+static CACHE_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Bound the page cache of the views stores this process opens from now on
+/// (`--cache-mb`): what the views keep in memory besides the log's.
+pub fn set_cache_bytes(bytes: u64) {
+    CACHE_BYTES.store(bytes.max(1 << 20), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The cache when none is set: a sixteenth of the machine's memory, at
+/// least 64 MiB and at most 256 MiB.
+pub fn default_cache_bytes() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(4 << 30, |kb| kb * 1024);
+    (total / 16).clamp(64 << 20, 256 << 20)
+}
+
+/// The cache a views store opened now gets.
+pub fn cache_bytes() -> u64 {
+    match CACHE_BYTES.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => default_cache_bytes(),
+        b => b,
+    }
+}
+
 /// Open the sled database, waiting a moment for its lock: sled's io
 /// threads finish writing a just-closed database in the background and hold
 /// its file lock until they have (seen reopening views in one process).
@@ -95,7 +127,7 @@ fn open_db(dir: &Path) -> Result<sled::Db, ViewError> {
     loop {
         let opened = sled::Config::new()
             .path(dir)
-            .cache_capacity(256 * 1024 * 1024)
+            .cache_capacity(cache_bytes())
             .open();
         match opened {
             Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
@@ -539,6 +571,12 @@ fn prefix_end(prefix: &[u8]) -> Bound<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_default_cache_is_sized_to_the_machine_within_bounds() {
+        let b = super::default_cache_bytes();
+        assert!((64 << 20..=256 << 20).contains(&b), "{b}");
+    }
+
     use super::*;
     use std::time::Duration;
 
