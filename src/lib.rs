@@ -35,6 +35,8 @@
 //! - [`engine`]: one operation at a time — decide, commit
 //!   ([`engine`]'s `commit`: encode → append → project its own records),
 //!   dispatch (R7), the data dir and its trusted views.
+//! - [`encode`]: percent-encoded path segments and XML text, shared by
+//!   the outputs.
 //! - [`apply`]: the JSON-lines interface; [`report`]: trails for people and
 //!   machines; [`picture`]: a chain drawn as DOT or SVG; [`published`]: the
 //!   CloudEvents downstream consumers read; [`trace`]: chains as
@@ -48,6 +50,7 @@ pub mod codec;
 pub mod codes;
 pub mod content_store;
 pub mod context;
+pub mod encode;
 pub mod engine;
 pub mod erasure;
 pub mod error;

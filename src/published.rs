@@ -9,6 +9,7 @@
 //! root, the binding's `partitionkey`. `schemas/published_event.json`
 //! describes it.
 
+use crate::encode::path_segment;
 use crate::model::{AgentEventOut, ArtifactRef};
 use serde::{Deserialize, Serialize};
 
@@ -106,19 +107,6 @@ pub struct Publisher<'a> {
     pub hop: u32,
 }
 
-/// A path segment of `source`: unreserved characters as they are, every
-/// other byte percent-encoded, so `source` is always a URI reference.
-fn segment(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 impl CloudEvent {
     pub fn of(by: &Publisher, ev: &AgentEventOut, time_ms: u64) -> Self {
         let mut labels: Vec<&str> = ev
@@ -131,7 +119,11 @@ impl CloudEvent {
         CloudEvent {
             specversion: "1.0".into(),
             id: ev.event_id.clone(),
-            source: format!("agentledger/{}/{}", segment(by.ledger), segment(by.agent)),
+            source: format!(
+                "agentledger/{}/{}",
+                path_segment(by.ledger),
+                path_segment(by.agent)
+            ),
             kind: ev.event.clone(),
             subject: by.run.to_string(),
             time: crate::report::rfc3339_ms(time_ms),

@@ -9,20 +9,7 @@ mod common;
 use common::server;
 use common::{Backend, Ledger};
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
-
-fn post(url: &str, body: Value) -> Value {
-    let v: Value = server::http(url)
-        .post(format!("{url}/v1/ops"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    assert_eq!(v["ok"], json!(true), "{body} -> {v}");
-    v
-}
+use std::time::Duration;
 
 fn agents() -> [Value; 2] {
     [
@@ -35,25 +22,7 @@ fn agents() -> [Value; 2] {
 
 /// Wait (well under the minute-long poll) for `run`'s listener.
 fn listener_opens(s: &server::Server, run: &str) {
-    let url = s.url.as_str();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let v: Value = server::http(url)
-            .get(format!("{url}/v1/runs/{run}/chain"))
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
-        if v["runs"].as_array().is_some_and(|r| r.len() == 2) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no listener of {run} opened before the poll: {v}\nserve said: {}",
-            std::fs::read_to_string(&s.stderr).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    server::wait_chain(s, run, 2, Duration::from_secs(15));
 }
 
 const SLOW_POLL: [&str; 2] = ["--poll-ms", "60000"];
@@ -63,15 +32,15 @@ fn a_close_through_serve_dispatches_without_waiting_for_the_poll() {
     let d = tempfile::tempdir().unwrap();
     let s = server::start(&d.path().join("d"), None, &SLOW_POLL);
     for a in agents() {
-        post(&s.url, a);
+        server::post_ok(&s.url, a);
     }
     for i in 0..3 {
         let run = format!("p{i}");
-        post(
+        server::post_ok(
             &s.url,
             json!({"op":"open_run","run":run,"agent":"producer"}),
         );
-        post(
+        server::post_ok(
             &s.url,
             json!({"op":"close_run","run":run,"status":"succeeded","artifacts":{}}),
         );
@@ -89,7 +58,7 @@ fn kafka_a_close_by_another_writer_wakes_serve() {
     let kafka = (k.brokers.clone(), k.topic_prefix.clone());
     let s = server::start(&d.path().join("serve"), Some(&kafka), &SLOW_POLL);
     for a in agents() {
-        post(&s.url, a);
+        server::post_ok(&s.url, a);
     }
     let mut other = Ledger::open_on(&d.path().join("other"), &backend);
     for i in 0..3 {

@@ -147,20 +147,11 @@ fn runs(spans: &[Value]) -> BTreeMap<String, Value> {
         .collect()
 }
 
-fn demo(dir: &Path) {
-    let out = Command::new(env!("CARGO_BIN_EXE_agentledger"))
-        .args(["demo", "--dir"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-}
-
 #[test]
 fn a_chain_as_otlp_json_a_collector_takes() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("d");
-    demo(&dir);
+    common::demo(&dir);
     let file = tmp.path().join("dev-0.json");
     let (rc, _, err) = common::cli(
         &dir,
@@ -255,42 +246,6 @@ fn a_chain_as_otlp_json_a_collector_takes() {
     assert_eq!(runs(&got).len(), 9);
 }
 
-fn post(url: &str, body: Value) -> Value {
-    let r = server::http(url)
-        .post(format!("{url}/v1/ops"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .unwrap();
-    let v: Value = serde_json::from_str(&r.text().unwrap()).unwrap();
-    assert_eq!(v["ok"], json!(true), "{body} -> {v}");
-    v
-}
-
-/// The chain's runs, once it has `n`.
-fn chain_runs(url: &str, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let v: Value = server::http(url)
-            .get(format!("{url}/v1/runs/r0/chain"))
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
-        let runs: Vec<String> = v["runs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["run"].as_str().unwrap().to_string())
-            .collect();
-        if runs.len() >= n {
-            return runs;
-        }
-        assert!(Instant::now() < deadline, "the chain did not grow: {v}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn serve_exports_each_run_as_it_closes_even_to_a_collector_that_comes_late() {
     let tmp = tempfile::tempdir().unwrap();
@@ -303,18 +258,18 @@ fn serve_exports_each_run_as_it_closes_even_to_a_collector_that_comes_late() {
         ("developer", "review.done", "code.ready", "patch"),
         ("reviewer", "code.ready", "review.done", "review"),
     ] {
-        post(
+        server::post_ok(
             &url,
             json!({"op":"publish_agent","agent":agent,"scope":"acme/platform","listens":[listens],
                    "emits":[{"event":emits,"context":"c","artifacts":[art]}]}),
         );
     }
-    post(
+    server::post_ok(
         &url,
         json!({"op":"open_run","run":"r0","agent":"developer"}),
     );
     let started = Instant::now();
-    post(
+    server::post_ok(
         &url,
         json!({"op":"close_run","run":"r0","status":"succeeded","artifacts":{"patch":"p"}}),
     );
@@ -322,13 +277,13 @@ fn serve_exports_each_run_as_it_closes_even_to_a_collector_that_comes_late() {
         started.elapsed() < Duration::from_secs(5),
         "a collector that is down does not hold up a close"
     );
-    let r1 = chain_runs(&url, 2)[1].clone();
-    post(&url, json!({"op":"read_artifact","run":r1,"name":"patch"}));
-    post(
+    let r1 = server::wait_chain(&srv, "r0", 2, Duration::from_secs(20))[1].clone();
+    server::post_ok(&url, json!({"op":"read_artifact","run":r1,"name":"patch"}));
+    server::post_ok(
         &url,
         json!({"op":"close_run","run":r1,"status":"succeeded","artifacts":{"review":"r"}}),
     );
-    let r2 = chain_runs(&url, 3)[2].clone();
+    let r2 = server::wait_chain(&srv, "r0", 3, Duration::from_secs(20))[2].clone();
     std::thread::sleep(Duration::from_millis(500));
 
     // The collector comes up: what waited is sent, then what closes next.
@@ -337,7 +292,7 @@ fn serve_exports_each_run_as_it_closes_even_to_a_collector_that_comes_late() {
         let r = runs(s);
         r.contains_key("r0") && r.contains_key(&r1)
     });
-    post(
+    server::post_ok(
         &url,
         json!({"op":"close_run","run":r2,"status":"failed","artifacts":{}}),
     );

@@ -11,19 +11,6 @@ use common::server::{self, Server};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn demo(dir: &Path) {
-    let out = Command::new(env!("CARGO_BIN_EXE_agentledger"))
-        .args(["demo", "--dir"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn token(url: &str) -> String {
     server::SESSIONS.lock().unwrap()[url].clone()
 }
@@ -37,7 +24,7 @@ fn run_nodes(doc: &str) -> usize {
 fn chain_pictures_on_the_data_dir_and_through_a_server_are_the_same() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("d");
-    demo(&dir);
+    common::demo(&dir);
     let (rc, svg, err) = common::cli(&dir, &["chain", "dev-0", "--format", "svg"]);
     assert_eq!(rc, 0, "{err}");
     assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
@@ -82,7 +69,7 @@ fn chain_pictures_on_the_data_dir_and_through_a_server_are_the_same() {
 fn pages_ask_for_the_token_and_escape_what_they_show() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("d");
-    demo(&dir);
+    common::demo(&dir);
     let srv = server::start(&dir, None, &[]);
     let plain = reqwest::blocking::Client::new();
     // No credentials: a challenge a browser answers with a login prompt.
@@ -177,7 +164,7 @@ fn browser(profile: &Path) -> Command {
 fn the_demo_chain_in_a_real_browser() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("d");
-    demo(&dir);
+    common::demo(&dir);
     let srv: Server = server::start(&dir, None, &[]);
     let host = srv.url.strip_prefix("http://").unwrap();
     let page = format!("http://auditor:{}@{host}/chains/dev-0", token(&srv.url));

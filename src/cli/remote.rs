@@ -177,16 +177,7 @@ impl Server {
 
     /// Ask a read-only question.
     pub fn query(&self, q: &Query, json: bool) -> Result<Said> {
-        let enc = |s: &str| {
-            s.bytes()
-                .map(|b| match b {
-                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                        (b as char).to_string()
-                    }
-                    _ => format!("%{b:02X}"),
-                })
-                .collect::<String>()
-        };
+        let enc = agentledger::encode::path_segment;
         let mut params = vec![("format", if json { "json" } else { "text" }.to_string())];
         let path = match q {
             Query::Trail { run, chain, as_of } => {

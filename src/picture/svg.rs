@@ -16,23 +16,7 @@ const ROW_H: u32 = 82;
 const LEFT: u32 = 16;
 const TOP: u32 = 52;
 
-/// Escape text for XML content and attribute values.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            // Control characters are not allowed in XML 1.0.
-            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => out.push('\u{FFFD}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use crate::encode::xml as escape;
 
 /// At most `n` characters, with an ellipsis when cut.
 fn clip(s: &str, n: usize) -> String {

@@ -16,11 +16,11 @@
 
 use super::http::{caller, read_job, AppState, Asked};
 use crate::context::{self, Outcome, Subtask, TaskState};
+use crate::encode::{path_segment, xml as escape};
 use crate::engine::Engine;
 use crate::error::LedgerError;
 use crate::log::Topic;
 use crate::model::{ids, LedgerEvent};
-use crate::picture::svg::escape;
 use crate::picture::ChainPicture;
 use crate::protocol::Failure;
 use crate::report;
@@ -247,18 +247,6 @@ fn page(title: &str, body: &str) -> String {
     )
 }
 
-/// A path segment, percent-encoded.
-fn seg(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 pub fn render_index(rows: &[ChainRow]) -> String {
     let mut b = String::from("<h1>Recent chains</h1>\n");
     if rows.is_empty() {
@@ -270,7 +258,7 @@ pub fn render_index(rows: &[ChainRow]) -> String {
         let _ = writeln!(
             b,
             "<tr class=\"chain-row\"><td><a href=\"/chains/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            seg(&r.root),
+            path_segment(&r.root),
             escape(&r.root),
             r.runs,
             r.max_hop,

@@ -686,3 +686,17 @@ pub fn sha256(parts: &[&[u8]]) -> [u8; 32] {
     }
     h.finalize().into()
 }
+
+/// `agentledger demo --dir DIR`: the seed scenarios in a fresh data dir.
+pub fn demo(dir: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .args(["demo", "--dir"])
+        .arg(dir)
+        .output()
+        .expect("run agentledger demo");
+    assert!(
+        out.status.success(),
+        "demo failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

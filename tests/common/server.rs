@@ -116,3 +116,48 @@ pub fn http(url: &str) -> reqwest::blocking::Client {
         .build()
         .unwrap()
 }
+
+/// POST one operation as the operator; it must be answered ok.
+pub fn post_ok(url: &str, body: serde_json::Value) -> serde_json::Value {
+    let v: serde_json::Value = http(url)
+        .post(format!("{url}/v1/ops"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(v["ok"], serde_json::json!(true), "{body} -> {v}");
+    v
+}
+
+/// The runs of `run`'s chain, once it has at least `n` (asked through the
+/// server every 20 ms, for at most `within`; the server's log is shown if
+/// it never does).
+pub fn wait_chain(s: &Server, run: &str, n: usize, within: Duration) -> Vec<String> {
+    let url = s.url.as_str();
+    let deadline = Instant::now() + within;
+    loop {
+        let v: serde_json::Value = http(url)
+            .get(format!("{url}/v1/runs/{run}/chain"))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let runs: Vec<String> = v["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["run"].as_str().map(str::to_string))
+            .collect();
+        if runs.len() >= n {
+            return runs;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the chain of {run} did not reach {n} runs: {v}\nserve said: {}",
+            std::fs::read_to_string(&s.stderr).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
