@@ -4,7 +4,10 @@
 //!
 //! Run with `cargo bench --bench loop_search`. Before the criterion groups
 //! it prints p50/p99/max over 200 publishes of random agents of the 100k
-//! registry, with the default bounds and with the whole work budget.
+//! registry, with the default bounds and with the whole work budget, and
+//! the memory the index of the 100k registry takes (the growth of the
+//! process's resident memory while it is built; the engine builds it once
+//! per process and keeps it up to date from the registry).
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -74,6 +77,14 @@ fn edge_count(agents: &[AgentNode]) -> u64 {
         .sum()
 }
 
+/// Resident memory of this process, in bytes.
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
 /// The publisher's access in every measurement of this file, so that the
 /// criterion runs and the percentiles mask the same agents.
 fn access() -> Vec<String> {
@@ -90,7 +101,14 @@ fn bench_loop_search(c: &mut Criterion) {
         agents.len(),
         edge_count(&agents)
     );
+    let before = rss_bytes();
     let index: AgentIndex = agents.iter().cloned().collect();
+    eprintln!(
+        "agent index of the random registry: {} MiB resident (RSS {} → {} MiB)",
+        rss_bytes().saturating_sub(before) >> 20,
+        before >> 20,
+        rss_bytes() >> 20
+    );
     let mut rng = StdRng::seed_from_u64(1);
     let candidates: Vec<AgentNode> = (0..256)
         .map(|_| agents[rng.gen_range(0..agents.len())].clone())
