@@ -187,10 +187,10 @@ fn trail(
         steps.retain(|(_, s)| point.includes(s));
     }
     let mut out = String::new();
-    let erased = report::erasures(&steps);
+    let erased = report::erasures(&steps, engine.views())?;
     for (r, s) in &steps {
         if json {
-            line!(out, "{}", report::step_json(r, s));
+            line!(out, "{}", report::step_json_with(r, s, &erased));
         } else {
             line!(out, "{}", report::step_line_with(r, s, &erased));
         }

@@ -113,15 +113,62 @@ fn labels_text(labels: &[String]) -> String {
     format!("[{}]", shown.join(", "))
 }
 
-/// When each task whose erasure is among `steps` was erased.
-pub fn erasures(steps: &[(String, TrailStep)]) -> std::collections::BTreeMap<String, u64> {
-    steps
+/// Why a task's sealed records in a trail could not be opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreadable {
+    /// Erased on the record (`forget_task` or its time to live), at.
+    Erased(u64),
+    /// No key and no erasure on the record: the key file was lost.
+    KeyMissing,
+    /// The key file is there but is not this task's key.
+    KeyDamaged,
+    /// The key opens the task's other records, not this one: the record
+    /// does not match its task's key.
+    RecordDamaged,
+}
+
+impl Unreadable {
+    pub fn code(self) -> &'static str {
+        match self {
+            Unreadable::Erased(_) => "erased",
+            Unreadable::KeyMissing => "key_missing",
+            Unreadable::KeyDamaged => "key_damaged",
+            Unreadable::RecordDamaged => "record_damaged",
+        }
+    }
+}
+
+/// Why each task whose sealed records `steps` still holds sealed (after
+/// [`collect_trail`] opened what its keys open) is unreadable.
+pub fn erasures(
+    steps: &[(String, TrailStep)],
+    views: &Views,
+) -> Result<std::collections::BTreeMap<String, Unreadable>> {
+    let mut out: std::collections::BTreeMap<String, Unreadable> = steps
         .iter()
         .filter_map(|(_, s)| match &s.event {
-            LedgerEvent::ContextErased(e) => Some((e.task.clone(), e.at)),
+            LedgerEvent::ContextErased(e) => Some((e.task.clone(), Unreadable::Erased(e.at))),
             _ => None,
         })
-        .collect()
+        .collect();
+    for (_, s) in steps {
+        if let LedgerEvent::SealedContext(c) = &s.event {
+            if !out.contains_key(&c.task) {
+                // Erased by a record outside these steps.
+                if let Some(at) = views.task_erased_at(&c.task)? {
+                    out.insert(c.task.clone(), Unreadable::Erased(at));
+                    continue;
+                }
+                let why = match views.keys().status(&c.task) {
+                    crate::erasure::KeyStatus::Held => Unreadable::RecordDamaged,
+                    crate::erasure::KeyStatus::Missing => Unreadable::KeyMissing,
+                    crate::erasure::KeyStatus::Damaged => Unreadable::KeyDamaged,
+                };
+                out.insert(c.task.clone(), why);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// One readable line for a step.
@@ -134,7 +181,7 @@ pub fn step_line(run: &str, s: &TrailStep) -> String {
 pub fn step_line_with(
     run: &str,
     s: &TrailStep,
-    erased: &std::collections::BTreeMap<String, u64>,
+    erased: &std::collections::BTreeMap<String, Unreadable>,
 ) -> String {
     let body = match &s.event {
         LedgerEvent::AgentPublished(v) => {
@@ -260,12 +307,17 @@ pub fn step_line_with(
         }
         LedgerEvent::Context(c) => context_line(&c.master_run, &c.event),
         LedgerEvent::SealedContext(c) => format!(
-            "{} of task {}: content erased {}(the sealed record still verifies)",
+            "{} of task {}: {}",
             c.kind,
             shown(&c.task),
             match erased.get(&c.task) {
-                Some(at) => format!("at {} ", rfc3339_ms(*at)),
-                None => "(its key is gone) ".to_owned(),
+                Some(Unreadable::Erased(at)) => format!(
+                    "content erased at {} (the sealed record still verifies)",
+                    rfc3339_ms(*at)
+                ),
+                Some(Unreadable::KeyDamaged) => "content UNREADABLE: the task's key file is damaged, nothing erased it (the sealed record still verifies)".to_owned(),
+                Some(Unreadable::RecordDamaged) => "record DAMAGED: the task's key does not open it (run verify)".to_owned(),
+                Some(Unreadable::KeyMissing) | None => "content UNREADABLE: the task's key is missing and no erasure is recorded (the sealed record still verifies)".to_owned(),
             }
         ),
         LedgerEvent::ContextErased(e) => format!(
@@ -423,10 +475,26 @@ pub fn artifact_json(a: &ArtifactRef) -> Value {
 
 /// One JSON object for a step.
 pub fn step_json(run: &str, s: &TrailStep) -> Value {
+    step_json_with(run, s, &std::collections::BTreeMap::new())
+}
+
+/// [`step_json`], saying why a sealed record is unreadable where
+/// `unreadable` knows (see [`erasures`]).
+pub fn step_json_with(
+    run: &str,
+    s: &TrailStep,
+    unreadable: &std::collections::BTreeMap<String, Unreadable>,
+) -> Value {
     let mut detail = match &s.event {
-        // Ciphertext says nothing to a reader: what it was, and that it is gone.
+        // Ciphertext says nothing to a reader: what it was, and why it
+        // cannot be read.
         LedgerEvent::SealedContext(c) => {
-            json!({"SealedContext": {"master_run": c.master_run, "task": c.task, "kind": c.kind, "erased": true}})
+            let why = unreadable
+                .get(&c.task)
+                .copied()
+                .unwrap_or(Unreadable::KeyMissing);
+            json!({"SealedContext": {"master_run": c.master_run, "task": c.task, "kind": c.kind,
+                "erased": matches!(why, Unreadable::Erased(_)), "unreadable": why.code()}})
         }
         e => serde_json::to_value(e).unwrap_or(Value::Null),
     };

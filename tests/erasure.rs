@@ -269,3 +269,86 @@ fn context_past_its_time_to_live_is_erased_by_gc_and_unsealed_tasks_say_they_can
         (1, Some("unknown_task"))
     );
 }
+
+/// The key file of `task` under the data dir.
+fn key_file(dir: &Path, task: &str) -> std::path::PathBuf {
+    dir.join("keys").join(format!(
+        "{}.key",
+        hex::encode(common::sha256(&[task.as_bytes()]))
+    ))
+}
+
+/// A sealed record that cannot be opened says why — erased on the record,
+/// its key lost, its key file damaged, or the record not matching its key —
+/// instead of calling every one of them erased.
+#[test]
+fn unreadable_sealed_records_say_whether_erased_lost_or_damaged() {
+    let d = tempfile::tempdir().unwrap();
+    let mut ops = vec![
+        json!({"op":"publish_agent","agent":"master","scope":"acme/travel"}),
+        json!({"op":"publish_agent","agent":"hotel","scope":"acme/travel"}),
+    ];
+    for (task, run) in [
+        ("lost", "m-lost"),
+        ("broken", "m-broken"),
+        ("wrong", "m-wrong"),
+    ] {
+        ops.extend(task_ops(task, run));
+    }
+    let answers = apply(d.path(), &ops, &[]);
+    assert!(answers.iter().all(|a| a["ok"] == true), "{answers:?}");
+    for (task, run) in [
+        ("lost", "m-lost"),
+        ("broken", "m-broken"),
+        ("wrong", "m-wrong"),
+    ] {
+        assert!(key_file(d.path(), task).exists(), "{task}");
+        assert!(trail(d.path(), run, true).contains(QUERY), "{run} reads");
+    }
+    // Lost: the file removed behind the ledger's back.
+    std::fs::remove_file(key_file(d.path(), "lost")).unwrap();
+    // Damaged: not a key file any more.
+    std::fs::write(key_file(d.path(), "broken"), "{not json").unwrap();
+    // Wrong: a well-formed key of this task, but not the one that sealed.
+    let path = key_file(d.path(), "wrong");
+    let mut f: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    f["key"] = json!("11".repeat(32));
+    std::fs::write(&path, f.to_string()).unwrap();
+
+    let lost = trail(d.path(), "m-lost", false);
+    assert!(
+        lost.contains("the task's key is missing and no erasure is recorded"),
+        "{lost}"
+    );
+    assert!(!lost.contains("content erased"), "{lost}");
+    let broken = trail(d.path(), "m-broken", false);
+    assert!(
+        broken.contains("the task's key file is damaged"),
+        "{broken}"
+    );
+    let wrong = trail(d.path(), "m-wrong", false);
+    assert!(
+        wrong.contains("record DAMAGED: the task's key does not open it"),
+        "{wrong}"
+    );
+    for (run, code) in [
+        ("m-lost", "key_missing"),
+        ("m-broken", "key_damaged"),
+        ("m-wrong", "record_damaged"),
+    ] {
+        let json = trail(d.path(), run, true);
+        let sealed: Vec<Value> = json
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|v| v["detail"]["unreadable"].is_string())
+            .collect();
+        assert!(!sealed.is_empty(), "{json}");
+        for v in sealed {
+            assert_eq!(v["detail"]["unreadable"], code, "{v}");
+            assert_eq!(v["detail"]["erased"], false, "{v}");
+        }
+    }
+    for secret in [QUERY, SUBTASK, REASON] {
+        assert!(!lost.contains(secret) && !broken.contains(secret) && !wrong.contains(secret));
+    }
+}

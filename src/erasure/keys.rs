@@ -17,6 +17,24 @@ use std::sync::Mutex;
 pub trait TaskKeys: Sync {
     /// The task's key, if it has not been erased.
     fn key(&self, task: &str) -> Option<TaskKey>;
+
+    /// Whether the task's key is here, gone, or here but unreadable: what
+    /// tells a record that was erased from one that is damaged.
+    fn status(&self, task: &str) -> KeyStatus {
+        match self.key(task) {
+            Some(_) => KeyStatus::Held,
+            None => KeyStatus::Missing,
+        }
+    }
+}
+
+/// Where a task's key stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyStatus {
+    Held,
+    Missing,
+    /// Its file is there but cannot be read as this task's key.
+    Damaged,
 }
 
 /// No keys at all: everything sealed reads as erased.
@@ -193,6 +211,14 @@ impl TaskKeys for KeyStore {
         };
         self.remember(task, key.clone());
         key
+    }
+
+    fn status(&self, task: &str) -> KeyStatus {
+        match self.read(task) {
+            Ok(Some(_)) => KeyStatus::Held,
+            Ok(None) => KeyStatus::Missing,
+            Err(_) => KeyStatus::Damaged,
+        }
     }
 }
 

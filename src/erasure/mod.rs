@@ -16,5 +16,5 @@
 pub mod keys;
 pub mod seal;
 
-pub use keys::{KeyStore, NoKeys, TaskKeys};
+pub use keys::{KeyStatus, KeyStore, NoKeys, TaskKeys};
 pub use seal::{SealError, TaskKey};

@@ -130,7 +130,7 @@ pub fn gather_recent(engine: &Engine) -> Result<Vec<ChainRow>, LedgerError> {
 pub fn gather_chain(engine: &mut Engine, root: &str) -> Result<ChainPage, LedgerError> {
     let picture = crate::queries::chain_picture(engine, root)?;
     let trail = report::collect_trail(engine.views(), engine.log().as_ref(), root, true)?;
-    let erased = report::erasures(&trail);
+    let erased = report::erasures(&trail, engine.views())?;
     let mut steps = vec![Vec::new(); picture.runs.len()];
     let mut task_ids = BTreeSet::new();
     for (run, s) in &trail {
