@@ -77,9 +77,14 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// Whether `e` passes: a CloudEvent (`type`, `data.artifacts`), or an
+    /// event a ledger published before CloudEvents (`event`, `artifacts`),
+    /// which the topic still holds.
     pub fn admits(&self, e: &Value) -> bool {
+        let cloud = e["specversion"].is_string();
         if let Some(name) = &self.event {
-            if e["type"].as_str() != Some(name.as_str()) {
+            let kind = if cloud { &e["type"] } else { &e["event"] };
+            if kind.as_str() != Some(name.as_str()) {
                 return false;
             }
         }
@@ -92,7 +97,12 @@ impl Filter {
                             .is_some_and(|rest| rest.starts_with('/'))
                 })
             };
-            let any = e["data"]["artifacts"].as_array().is_some_and(|arts| {
+            let artifacts = if cloud {
+                &e["data"]["artifacts"]
+            } else {
+                &e["artifacts"]
+            };
+            let any = artifacts.as_array().is_some_and(|arts| {
                 arts.iter().any(|a| {
                     a["labels"]
                         .as_array()
@@ -157,4 +167,28 @@ pub fn next_batch(
             .map_err(|e| e.to_string())?;
     }
     Ok(Vec::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn filters_read_cloudevents_and_the_events_published_before_them() {
+        let f = Filter {
+            scope: Some("acme/platform".into()),
+            event: Some("code.ready".into()),
+        };
+        let arts = json!([{"labels": ["area:acme/platform/web"]}]);
+        let cloud =
+            json!({"specversion": "1.0", "type": "code.ready", "data": {"artifacts": arts}});
+        let old = json!({"schema": "agentledger.published_event.v1", "event": "code.ready", "artifacts": arts});
+        assert!(f.admits(&cloud) && f.admits(&old));
+        let other =
+            json!({"specversion": "1.0", "type": "review.done", "data": {"artifacts": arts}});
+        let outside =
+            json!({"event": "code.ready", "artifacts": [{"labels": ["area:acme/platformer"]}]});
+        assert!(!f.admits(&other) && !f.admits(&outside));
+    }
 }
