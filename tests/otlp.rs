@@ -324,3 +324,18 @@ fn serve_exports_each_run_as_it_closes_even_to_a_collector_that_comes_late() {
         .lines()
         .any(|l| l.starts_with("agentledger_otlp_export_failures_total ") && !l.ends_with(" 0")));
 }
+
+#[test]
+fn a_collector_url_that_cannot_be_used_is_refused_before_serving() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, _, err) = common::cli(
+        &tmp.path().join("d"),
+        &["serve", "--otlp-endpoint", "ftp://collector:4318"],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("ftp://collector:4318/v1/traces") && err.contains("not an http"),
+        "{err}"
+    );
+    assert!(!err.contains("listening"), "{err}");
+}

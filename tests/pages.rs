@@ -91,6 +91,19 @@ fn pages_ask_for_the_token_and_escape_what_they_show() {
         .send()
         .unwrap();
     assert_eq!(r.status(), 401);
+    for garbage in [
+        "Basic !!!not-base64",
+        "Basic",
+        "Basic dXNlcm9ubHk=",
+        "Digest x",
+    ] {
+        let r = plain
+            .get(format!("{}/", srv.url))
+            .header("authorization", garbage)
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 401, "{garbage}");
+    }
     let index = plain
         .get(format!("{}/", srv.url))
         .basic_auth("auditor", Some(token(&srv.url)))
