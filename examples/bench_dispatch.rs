@@ -12,74 +12,46 @@
 
 use agentledger::engine::{Engine, EngineOptions};
 use agentledger::log::kafka::KafkaConfig;
-use agentledger::server::{self, HttpOptions, LoopOptions};
+use agentledger::server::HttpOptions;
+
+#[allow(dead_code)]
+mod support;
 use serde_json::{json, Value};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
+use support::{Open, Served};
 
-type Open = Box<dyn FnOnce() -> Result<Engine, agentledger::error::LedgerError> + Send>;
-
+/// A served ledger and a client holding its operator's token.
 struct Running {
+    served: Option<Served>,
     url: String,
     http: reqwest::blocking::Client,
-    shutdown: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.shutdown.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(s) = self.served.take() {
+            s.stop();
         }
     }
 }
 
 impl Running {
     fn start(data: &Path, open: Open) -> Running {
-        let shutdown = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel();
-        let thread = {
-            let data = data.to_path_buf();
-            let shutdown = shutdown.clone();
-            std::thread::spawn(move || {
-                server::run(
-                    open,
-                    LoopOptions {
-                        otlp: None,
-                        group: format!("bench-dispatch-{}", std::process::id()),
-                        poll: Duration::from_millis(200),
-                        gc_interval: Duration::from_secs(3600),
-                        gc_grace: Duration::from_secs(600),
-                        checkpoint_every: Duration::from_secs(1),
-                        say: Arc::new(|_: &str| {}),
-                    },
-                    Some(("127.0.0.1:0".parse().unwrap(), HttpOptions::default())),
-                    &data,
-                    shutdown,
-                    move |url: &str| tx.send(url.to_string()).unwrap(),
-                )
-                .unwrap();
-            })
-        };
-        let url = rx.recv().unwrap();
-        let token = std::fs::read_to_string(server::token_file(data)).unwrap();
+        let served = Served::start(data, open, HttpOptions::default());
         let mut headers = reqwest::header::HeaderMap::new();
         headers.insert(
             "authorization",
-            format!("Bearer {}", token.trim()).parse().unwrap(),
+            format!("Bearer {}", served.session).parse().unwrap(),
         );
         let http = reqwest::blocking::Client::builder()
             .default_headers(headers)
             .build()
             .unwrap();
         Running {
-            url,
+            url: served.url.clone(),
+            served: Some(served),
             http,
-            shutdown,
-            thread: Some(thread),
         }
     }
 

@@ -14,12 +14,16 @@
 mod tls;
 
 use agentledger::engine::{Engine, EngineOptions};
-use agentledger::server::{self, HttpOptions, LoopOptions};
+use agentledger::server::{self, HttpOptions};
+
+#[allow(dead_code)]
+mod support;
 use serde_json::json;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::Served;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -125,62 +129,16 @@ fn certificate(dir: &std::path::Path) -> (Vec<u8>, server::TlsFiles) {
 }
 
 /// A server on its own data dir, on its own thread.
-struct Running {
-    url: String,
-    session: String,
-    shutdown: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<server::Summary>,
-}
-
-impl Running {
-    fn start(data: &std::path::Path, tls: Option<server::TlsFiles>) -> Running {
-        let shutdown = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel();
-        let thread = {
-            let data = data.to_path_buf();
-            let shutdown = shutdown.clone();
-            std::thread::spawn(move || {
-                let open_dir = data.clone();
-                let http = HttpOptions {
-                    tls,
-                    ..HttpOptions::default()
-                };
-                server::run(
-                    move || Engine::open_embedded(&open_dir, EngineOptions::default()),
-                    LoopOptions {
-                        otlp: None,
-                        group: "bench".into(),
-                        poll: Duration::from_millis(200),
-                        gc_interval: Duration::from_secs(3600),
-                        gc_grace: Duration::from_secs(600),
-                        checkpoint_every: Duration::from_secs(1),
-                        say: Arc::new(|_: &str| {}),
-                    },
-                    Some(("127.0.0.1:0".parse().unwrap(), http)),
-                    &data,
-                    shutdown,
-                    move |url: &str| tx.send(url.to_string()).unwrap(),
-                )
-                .unwrap()
-            })
-        };
-        let url = rx.recv().unwrap();
-        let session = std::fs::read_to_string(server::token_file(data))
-            .unwrap()
-            .trim()
-            .to_string();
-        Running {
-            url,
-            session,
-            shutdown,
-            thread,
-        }
-    }
-
-    fn stop(self) -> u64 {
-        self.shutdown.store(true, Ordering::SeqCst);
-        self.thread.join().unwrap().ops
-    }
+fn start(data: &std::path::Path, tls: Option<server::TlsFiles>) -> Served {
+    let open_dir = data.to_path_buf();
+    Served::start(
+        data,
+        Box::new(move || Engine::open_embedded(&open_dir, EngineOptions::default())),
+        HttpOptions {
+            tls,
+            ..HttpOptions::default()
+        },
+    )
 }
 
 fn main() {
@@ -194,9 +152,9 @@ fn main() {
 
     // The same ledger twice: over plain HTTP, and over HTTPS (rustls) with
     // a certificate made here.
-    let plain = Running::start(&dir.join("data"), None);
+    let plain = start(&dir.join("data"), None);
     let (ca_pem, tls) = certificate(&dir);
-    let https = Running::start(&dir.join("data-tls"), Some(tls));
+    let https = start(&dir.join("data-tls"), Some(tls));
     let platform = agentledger::auth::tokens::generate().unwrap();
     for r in [&plain, &https] {
         let http = client(&r.session, Some(&ca_pem));
@@ -250,7 +208,7 @@ fn main() {
     }
     for r in [plain, https] {
         let url = r.url.clone();
-        let ops = r.stop();
+        let ops = r.stop().ops;
         println!("server at {url} answered {ops} operations");
     }
     let _ = std::fs::remove_dir_all(&dir);
