@@ -215,8 +215,8 @@ fn same_answers_on_every_transport(kafka_for: KafkaFor) {
     let k = |name: &str| kafka_for.map(|f| f(name));
     let apply = through_apply(&d.path().join("apply"), k("apply").as_ref());
     // The serve loop's own dispatch would race the scenario's `dispatch`
-    // (which then finds nothing left to open): keep it to the first sweep.
-    let quiet = ["--poll-ms", "600000"];
+    // (which then finds nothing left to open): leave dispatching to it.
+    let quiet = ["--dispatch", "manual"];
     let k_http = k("http");
     let s = start(&d.path().join("http"), k_http.as_ref(), &quiet);
     let http = through_http(&s.url);

@@ -56,6 +56,7 @@ impl Served {
                     open,
                     LoopOptions {
                         otlp: None,
+                        dispatch: true,
                         group: format!("bench-{}", std::process::id()),
                         poll: Duration::from_millis(200),
                         gc_interval: Duration::from_secs(3600),

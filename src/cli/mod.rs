@@ -455,6 +455,12 @@ pub enum Command {
         /// is added to a base URL).
         #[arg(long, value_name = "URL", env = "AGENTLEDGER_OTLP_ENDPOINT")]
         otlp_endpoint: Option<String>,
+        /// auto: dispatch every finished run as soon as it closes (and on
+        /// Kafka, as soon as another writer closes one); manual: only when
+        /// a client sends `dispatch`, whose answer names every listener
+        /// opened (for platforms that start agents from it).
+        #[arg(long, default_value = "auto", value_parser = ["auto", "manual"])]
+        dispatch: String,
         /// Answer the network at this address (e.g. 127.0.0.1:8700; port 0
         /// picks one): POST /v1/ops, GET /v1/ws, GET /v1/events, the reads,
         /// /metrics, /healthz, /readyz. The bound address is printed and
@@ -913,6 +919,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             gc_grace_secs,
             checkpoint_ms,
             otlp_endpoint,
+            dispatch,
             listen,
             request_timeout_ms,
             max_in_flight,
@@ -934,6 +941,7 @@ fn run_command(cli: Cli) -> Result<i32> {
                 gc_grace: std::time::Duration::from_secs(*gc_grace_secs),
                 checkpoint_every: std::time::Duration::from_millis(*checkpoint_ms),
                 otlp_endpoint: otlp_endpoint.clone(),
+                dispatch: dispatch == "auto",
                 listen: *listen,
                 http: agentledger::server::HttpOptions {
                     max_body: *max_body_bytes,

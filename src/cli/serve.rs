@@ -29,6 +29,7 @@ pub struct ServeOptions {
     pub gc_grace: Duration,
     pub checkpoint_every: Duration,
     pub otlp_endpoint: Option<String>,
+    pub dispatch: bool,
     pub listen: Option<std::net::SocketAddr>,
     pub http: agentledger::server::HttpOptions,
 }
@@ -65,6 +66,7 @@ pub fn serve(cli: &Cli, opts: &ServeOptions, shutdown: Arc<AtomicBool>) -> Resul
     };
     let loop_opts = agentledger::server::LoopOptions {
         otlp,
+        dispatch: opts.dispatch,
         group: opts.group.clone(),
         poll: opts.poll,
         gc_interval: opts.gc_interval,

@@ -39,6 +39,10 @@ pub struct LoopOptions {
     pub say: Say,
     /// Export each run this instance closes as OpenTelemetry spans.
     pub otlp: Option<Arc<crate::trace::otlp::LiveExporter>>,
+    /// Dispatch finished runs in the loop (`--dispatch auto`, the
+    /// default), or only when a client sends `dispatch` (`manual`: the
+    /// platform learns of every listener opened from that op's answer).
+    pub dispatch: bool,
 }
 
 pub use crate::protocol::Line;
@@ -367,7 +371,7 @@ fn serve_loop(
                 run_jobs(&mut engine, job, &rx, metrics, &mut summary, None)?;
                 // A run closed here starts its listeners at once: the
                 // next turn sweeps without waiting for the poll.
-                busy = engine.closed_runs() != closed;
+                busy = opts.dispatch && engine.closed_runs() != closed;
             }
             continue;
         }
@@ -384,31 +388,37 @@ fn serve_loop(
         // The dispatch sweep joins the operations waiting now in one
         // commit group: one durable sync per partition for all of them.
         let mut sweep = |e: &mut Engine| e.dispatch_partitions(&|p| owned.contains(&p));
-        match run_jobs(
-            &mut engine,
-            job,
-            &rx,
-            metrics,
-            &mut summary,
-            Some(&mut sweep),
-        )? {
-            Some(Ok(a)) => {
-                summary.opened += a.opened.len() as u64;
-                summary.dispatched_runs += a.dispatched_runs;
-                metrics.dispatched(&a);
-                busy = a.dispatched_runs > 0;
+        if !opts.dispatch {
+            // Manual: the jobs, without a sweep.
+            run_jobs(&mut engine, job, &rx, metrics, &mut summary, None)?;
+            busy = false;
+        } else {
+            match run_jobs(
+                &mut engine,
+                job,
+                &rx,
+                metrics,
+                &mut summary,
+                Some(&mut sweep),
+            )? {
+                Some(Ok(a)) => {
+                    summary.opened += a.opened.len() as u64;
+                    summary.dispatched_runs += a.dispatched_runs;
+                    metrics.dispatched(&a);
+                    busy = a.dispatched_runs > 0;
+                }
+                // Another instance dispatched the same run first (this one was
+                // too slow to notice its partition had moved): its records
+                // stand, ours were kept out of the views. Carry on.
+                Some(Err(LedgerError::Refused(r))) if r.code == Code::Conflict => {
+                    tracing::warn!("{}", r.message);
+                    busy = true;
+                }
+                Some(Err(e)) => return Err(e),
+                // An operation of the group found the log failing: the sweep
+                // was not run; the group's end says what happened.
+                None => busy = true,
             }
-            // Another instance dispatched the same run first (this one was
-            // too slow to notice its partition had moved): its records
-            // stand, ours were kept out of the views. Carry on.
-            Some(Err(LedgerError::Refused(r))) if r.code == Code::Conflict => {
-                tracing::warn!("{}", r.message);
-                busy = true;
-            }
-            Some(Err(e)) => return Err(e),
-            // An operation of the group found the log failing: the sweep
-            // was not run; the group's end says what happened.
-            None => busy = true,
         }
         let force = last_forced.elapsed() >= opts.checkpoint_every;
         engine.checkpoint(force)?;
