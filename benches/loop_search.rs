@@ -13,6 +13,12 @@ use std::collections::HashMap;
 use std::hint::black_box;
 
 use agentledger::loops::{check_publish, AgentIndex, AgentNode, LoopBounds};
+
+#[allow(dead_code)]
+#[path = "../examples/support/mod.rs"]
+mod support;
+use support::rss_bytes;
+
 use criterion::{criterion_group, Criterion};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -75,14 +81,6 @@ fn edge_count(agents: &[AgentNode]) -> u64 {
         .iter()
         .map(|(e, n)| n * listeners.get(e).copied().unwrap_or(0))
         .sum()
-}
-
-/// Resident memory of this process, in bytes.
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
 }
 
 /// The publisher's access in every measurement of this file, so that the

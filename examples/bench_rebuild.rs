@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 // The same allocator as the `agentledger` binary.
 mod support;
-use support::{events_and_reps, median};
+use support::{events_and_reps, median, rss_bytes};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -47,14 +47,6 @@ fn baseline(dir: &std::path::Path, entries: &[(Vec<u8>, Vec<u8>)], batches: usiz
     }
     db.flush().unwrap();
     entries.len() as f64 / t.elapsed().as_secs_f64()
-}
-
-/// Resident memory of this process, in bytes.
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
 }
 
 /// Sample RSS every 100 ms until `stop`: (seconds since start, bytes).

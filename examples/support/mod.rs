@@ -1,5 +1,6 @@
-//! What the `tools/bench-*` examples share: their `[EVENTS] [REPS]`
-//! arguments and the median they report.
+//! What the `tools/bench-*` examples (and the loop-search bench) share:
+//! their `[EVENTS] [REPS]` arguments, the median they report, the process's
+//! resident memory, and an in-process server.
 
 /// `EVENTS` (default 1,000,000) and `REPS` (default 3) from the command line.
 pub fn events_and_reps() -> (usize, usize) {
@@ -91,4 +92,13 @@ impl Served {
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.thread.join().unwrap()
     }
+}
+
+/// Resident memory of this process, in bytes.
+#[allow(dead_code)]
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
 }

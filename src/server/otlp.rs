@@ -26,9 +26,9 @@ const BATCH_SPANS: usize = 512;
 /// Where the exporter stands in each ledger partition.
 type Cursor = Vec<u64>;
 
-/// The spans of the runs closed by this instance since `cursor`; moves it.
-fn closed_since(engine: &Engine, cursor: &mut Cursor) -> Vec<SpanData> {
-    let log = engine.log();
+/// The runs closed by `writer` (this instance) since `cursor`; moves it.
+/// Read here, off the ledger thread: it only builds the spans.
+fn closed_since(log: &dyn crate::log::Log, writer: &str, cursor: &mut Cursor) -> Vec<String> {
     let mut runs = Vec::new();
     for (p, next) in cursor.iter_mut().enumerate() {
         let Ok(end) = log.end_offset(Topic::Ledger, p as u32) else {
@@ -45,16 +45,22 @@ fn closed_since(engine: &Engine, cursor: &mut Cursor) -> Vec<SpanData> {
                     continue;
                 };
                 if let LedgerEvent::RunClosed(c) = &rec.event {
-                    if rec.writer == engine.writer() {
+                    if rec.writer == writer {
                         runs.push(c.run.clone());
                     }
                 }
             }
         }
     }
+    runs
+}
+
+/// The spans of `runs` (on the ledger thread: they read the views, which
+/// have folded every record this instance wrote before the job runs).
+fn spans_of(engine: &Engine, runs: &[String]) -> Vec<SpanData> {
     let mut spans = Vec::new();
     for run in runs {
-        match crate::queries::spans(engine, &run, false) {
+        match crate::queries::spans(engine, run, false) {
             Ok(s) => spans.extend(s),
             Err(e) => tracing::warn!(run, "no spans for a closed run: {e}"),
         }
@@ -77,16 +83,21 @@ pub fn follow(
             let mut cursor: Cursor = (0..log.partitions(Topic::Ledger))
                 .map(|p| log.end_offset(Topic::Ledger, p).unwrap_or(0))
                 .collect();
+            let Ok(writer) = futures_executor::block_on(handle.call(|e| e.writer().to_string()))
+            else {
+                return;
+            };
             let mut queue: VecDeque<SpanData> = VecDeque::new();
             let mut failing = false;
             loop {
                 let last = stop.load(Ordering::SeqCst) || handle.ended.load(Ordering::SeqCst);
                 let mut c = cursor.clone();
-                let got = futures_executor::block_on(handle.call(move |engine| {
-                    let spans = closed_since(engine, &mut c);
-                    (spans, c)
-                }));
-                if let Ok((spans, c)) = got {
+                let runs = closed_since(log.as_ref(), &writer, &mut c);
+                if runs.is_empty() {
+                    cursor = c;
+                } else if let Ok(spans) =
+                    futures_executor::block_on(handle.call(move |e| spans_of(e, &runs)))
+                {
                     cursor = c;
                     queue.extend(spans);
                 }
