@@ -9,7 +9,15 @@
 //! own deadline in the ledger (see `views::ContentRefs`). Reads never delete
 //! anything: bytes go only in a [`ContentStore::sweep`] (run by `serve` and
 //! by `agentledger gc`), and only when no live reference holds them.
+//!
+//! On a distributed backend the store is a cache in front of the content
+//! the instances share through the log (`crate::content_share`): `put`
+//! publishes there too before answering, a read that misses here fetches
+//! from there, checks the digest and keeps a copy, and the sweep ends what
+//! no live reference holds there as well.
 
+use crate::content_share::{SharedContent, SharedSweep};
+use crate::log::LogError;
 use crate::model::cas::ContentRef;
 use crate::private_files;
 use sha2::{Digest, Sha256};
@@ -37,6 +45,9 @@ pub enum StoreError {
     DigestMismatch { uri: String, found: String },
     #[error("content of {size} bytes exceeds the limit of {MAX_BLOB_BYTES} bytes")]
     TooLarge { size: usize },
+    /// The content shared through the log could not be written or read.
+    #[error("shared content: {0}")]
+    Shared(LogError),
 }
 
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> StoreError {
@@ -75,10 +86,13 @@ pub struct SweepReport {
     pub in_grace: u64,
     pub removed: u64,
     pub removed_bytes: u64,
+    /// The content shared through the log, when there is any.
+    pub shared: Option<SharedSweep>,
 }
 
 pub struct ContentStore {
     dir: PathBuf,
+    share: Option<std::sync::Arc<SharedContent>>,
 }
 
 impl ContentStore {
@@ -86,7 +100,18 @@ impl ContentStore {
         let dir = dir.as_ref().to_path_buf();
         private_files::create_dir_all(&dir.join("tmp"))
             .map_err(io(format!("create {}", dir.display())))?;
-        Ok(Self { dir })
+        Ok(Self { dir, share: None })
+    }
+
+    /// Share content through the log as well (see the module comment).
+    pub fn with_share(mut self, share: Option<std::sync::Arc<SharedContent>>) -> Self {
+        self.share = share;
+        self
+    }
+
+    /// Whether content is shared through the log.
+    pub fn is_shared(&self) -> bool {
+        self.share.is_some()
     }
 
     fn path_of(&self, hex: &str) -> PathBuf {
@@ -100,6 +125,17 @@ impl ContentStore {
             return Err(StoreError::TooLarge { size: bytes.len() });
         }
         let sha256: [u8; 32] = Sha256::digest(bytes).into();
+        let stored = self.put_local(&sha256, bytes)?;
+        if let Some(share) = &self.share {
+            share.publish(&sha256, bytes).map_err(StoreError::Shared)?;
+        }
+        Ok(stored)
+    }
+
+    /// Keep bytes in this instance's directory (a put, or a copy of what
+    /// the shared content served).
+    fn put_local(&self, sha256: &[u8; 32], bytes: &[u8]) -> Result<StoredBlob, StoreError> {
+        let sha256 = *sha256;
         let content_ref = ContentRef::for_sha256(&sha256);
         let hex = content_ref.hex().to_owned();
         let path = self.path_of(&hex);
@@ -138,7 +174,10 @@ impl ContentStore {
         let bytes = match fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(StoreError::Missing(uri.to_string()))
+                match self.fetch_shared(&hex).map_err(StoreError::Shared)? {
+                    Some(b) => b,
+                    None => return Err(StoreError::Missing(uri.to_string())),
+                }
             }
             Err(e) => return Err(io(format!("read {}", path.display()))(e)),
         };
@@ -153,10 +192,38 @@ impl ContentStore {
     }
 
     /// The bytes stored under a ref, unchecked (the caller verifies the
-    /// digest itself and decides what a mismatch means); `None` if absent.
+    /// digest itself and decides what a mismatch means); `None` if absent
+    /// (or the shared content cannot be reached: logged).
     pub fn read_raw(&self, uri: &str) -> Option<Vec<u8>> {
         let hex = hex_of(uri).ok()?;
-        fs::read(self.path_of(&hex)).ok()
+        match fs::read(self.path_of(&hex)) {
+            Ok(b) => Some(b),
+            Err(_) => self.fetch_shared(&hex).unwrap_or_else(|e| {
+                tracing::warn!(blob = %hex, "cannot read the shared content: {e}");
+                None
+            }),
+        }
+    }
+
+    /// Bytes the shared content holds under a digest, unchecked; a copy is
+    /// kept here when they match it.
+    fn fetch_shared(&self, hex: &str) -> Result<Option<Vec<u8>>, LogError> {
+        let Some(share) = &self.share else {
+            return Ok(None);
+        };
+        let mut sha = [0u8; 32];
+        if hex::decode_to_slice(hex, &mut sha).is_err() {
+            return Ok(None);
+        }
+        let Some(bytes) = share.fetch(&sha)? else {
+            return Ok(None);
+        };
+        if <[u8; 32]>::from(Sha256::digest(&bytes)) == sha {
+            if let Err(e) = self.put_local(&sha, &bytes) {
+                tracing::warn!(blob = %hex, "cannot keep a copy of shared content: {e}");
+            }
+        }
+        Ok(Some(bytes))
     }
 
     /// Remove the bytes no live reference holds. `live` says, for a blob's
@@ -237,6 +304,9 @@ impl ContentStore {
                     Err(e) => return Err(io(format!("remove {}", f.path().display()))(e).into()),
                 }
             }
+        }
+        if let Some(share) = &self.share {
+            report.shared = Some(share.sweep(live, grace)?);
         }
         Ok(report)
     }

@@ -113,6 +113,9 @@ impl From<crate::content_store::StoreError> for LedgerError {
             crate::content_store::StoreError::TooLarge { .. } => {
                 Refusal::new(Code::TooLarge, e.to_string()).into()
             }
+            // The cluster holding the shared content is the log's: its
+            // failures are the log's (503, retry).
+            crate::content_store::StoreError::Shared(e) => e.into(),
             e => LedgerError::Store(e),
         }
     }

@@ -31,7 +31,8 @@
 //!   [`projector::driver`] reads the log to do it).
 //! - [`audit`]: hash chain, checkpoints and their attestation, `verify`,
 //!   exports.
-//! - [`content_store`]: content by digest, swept by reference expiry.
+//! - [`content_store`]: content by digest, swept by reference expiry;
+//!   [`content_share`]: the same content shared through the log (Kafka).
 //! - [`engine`]: one operation at a time — decide, commit
 //!   ([`engine`]'s `commit`: encode → append → project its own records),
 //!   dispatch (R7), the data dir and its trusted views.
@@ -48,6 +49,7 @@ pub mod audit;
 pub mod auth;
 pub mod codec;
 pub mod codes;
+pub mod content_share;
 pub mod content_store;
 pub mod context;
 pub mod encode;

@@ -989,16 +989,23 @@ fn gc(cli: &Cli, grace_secs: u64) -> Result<i32> {
     let r = engine.sweep_content(std::time::Duration::from_secs(grace_secs))?;
     engine.flush()?;
     if cli.json {
-        outln!(
-            "{}",
-            serde_json::json!({"ok": true, "examined": r.examined, "kept": r.kept,
-                "in_grace": r.in_grace, "removed": r.removed, "removed_bytes": r.removed_bytes})
-        );
+        let mut answer = serde_json::json!({"ok": true, "examined": r.examined, "kept": r.kept,
+            "in_grace": r.in_grace, "removed": r.removed, "removed_bytes": r.removed_bytes});
+        if let Some(s) = &r.shared {
+            answer["shared"] = serde_json::json!({"examined": s.examined, "removed": s.removed});
+        }
+        outln!("{answer}");
     } else {
         outln!(
             "content store: {} blobs, {} held by live references, {} unreferenced but newer than {grace_secs}s; removed {} ({} bytes)",
             r.examined, r.kept, r.in_grace, r.removed, r.removed_bytes
         );
+        if let Some(s) = &r.shared {
+            outln!(
+                "shared content (blobs topic): {} blobs, {} no live reference holds ended with tombstones",
+                s.examined, s.removed
+            );
+        }
     }
     Ok(0)
 }

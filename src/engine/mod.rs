@@ -92,7 +92,8 @@ impl Engine {
     fn open_on(dd: DataDir, lock: File, log: Arc<dyn Log>, opts: EngineOptions) -> Result<Self> {
         let keys = dd.key_store()?;
         let views = open::open_views(&dd, log.as_ref(), &keys)?;
-        let store = ContentStore::open(dd.blobs())?;
+        let share = crate::content_share::SharedContent::over(log.clone()).map(Arc::new);
+        let store = ContentStore::open(dd.blobs())?.with_share(share);
         let mut engine = Self::with_parts(log, views, store, opts);
         engine.keys = Some(keys);
         engine._lock = Some(lock);

@@ -1,11 +1,13 @@
 //! The Kafka backend: rdkafka over the bundled librdkafka.
 //!
 //! Topics are `<prefix>ledger` (N partitions), `<prefix>registry` (1),
-//! `<prefix>published` (N) and `<prefix>checkpoints` (1). `connect` creates
-//! the missing ones explicitly with the AdminClient (infinite retention for
-//! everything but `published`, the configured replication factor and
-//! `min.insync.replicas`) and reads the partition counts of existing ones
-//! back from the metadata; it never relies on broker-side auto-creation.
+//! `<prefix>published` (N), `<prefix>checkpoints` (1) and `<prefix>blobs`
+//! (N, compacted: the content instances share, `crate::content_share`).
+//! `connect` creates the missing ones explicitly with the AdminClient
+//! (infinite retention for everything but `published`, the configured
+//! replication factor and `min.insync.replicas`) and reads the partition
+//! counts of existing ones back from the metadata; it never relies on
+//! broker-side auto-creation.
 //!
 //! Writes go through one idempotent producer (`enable.idempotence`,
 //! `acks=all`); each record's partition is chosen as the Java client's
@@ -55,6 +57,15 @@ use std::time::{Duration, Instant};
 /// Largest record (key + payload) the Kafka log accepts: the same limit as
 /// the embedded log, so both backends refuse the same records.
 pub const MAX_RECORD_BYTES: usize = super::embedded::MAX_FRAME_BYTES;
+
+/// The topics this backend keeps: the ledger's, and the shared content.
+const KAFKA_TOPICS: [Topic; 5] = [
+    Topic::Ledger,
+    Topic::Registry,
+    Topic::Published,
+    Topic::Checkpoints,
+    Topic::Blobs,
+];
 
 /// Room for record-batch framing above [`MAX_RECORD_BYTES`], used for the
 /// topics' `max.message.bytes` and the producer's `message.max.bytes`.
@@ -714,7 +725,7 @@ impl KafkaLog {
             "connected to Kafka"
         );
 
-        let names: BTreeMap<Topic, String> = Topic::ALL
+        let names: BTreeMap<Topic, String> = KAFKA_TOPICS
             .iter()
             .map(|t| (*t, format!("{}{}", config.topic_prefix, t.name())))
             .collect();
@@ -851,11 +862,11 @@ fn ensure_topics(
     let max_message = (MAX_RECORD_BYTES + FRAMING_BYTES).to_string();
     let min_isr = config.min_insync_replicas.map(|m| m.to_string());
     let mut wanted: Vec<(Topic, &str, i32)> = Vec::new();
-    for topic in Topic::ALL {
+    for topic in KAFKA_TOPICS {
         let name = names[&topic].as_str();
         if !exists(name) {
             let count = match topic {
-                Topic::Ledger | Topic::Published => config.ledger_partitions,
+                Topic::Ledger | Topic::Published | Topic::Blobs => config.ledger_partitions,
                 Topic::Registry | Topic::Checkpoints => 1,
             };
             wanted.push((topic, name, count.min(i32::MAX as u32) as i32));
@@ -873,6 +884,12 @@ fn ensure_topics(
                 .set("max.message.bytes", &max_message);
                 if *topic != Topic::Published {
                     nt = nt.set("retention.ms", "-1");
+                }
+                if *topic == Topic::Blobs {
+                    // A blob's records are keyed by digest (and chunk):
+                    // compaction keeps the latest publication of each and
+                    // removes what a tombstone ended.
+                    nt = nt.set("cleanup.policy", "compact");
                 }
                 if let Some(m) = &min_isr {
                     nt = nt.set("min.insync.replicas", m);
@@ -911,7 +928,7 @@ fn ensure_topics(
     // Topic creation is asynchronous on the broker side: wait until the
     // metadata shows every partition with a leader.
     let mut counts = BTreeMap::new();
-    for topic in Topic::ALL {
+    for topic in KAFKA_TOPICS {
         let name = names[&topic].as_str();
         let mut last_problem;
         loop {
@@ -1024,8 +1041,12 @@ impl KafkaLog {
             // (`partition_of`).
             let mut record = BaseRecord::with_opaque_to(name, pending)
                 .partition(self.partition_of(topic, key) as i32)
-                .key(key.as_slice())
-                .payload(payload.as_slice());
+                .key(key.as_slice());
+            // On the compacted blobs topic an empty payload is a tombstone
+            // (a null value); a chunk or manifest is never empty.
+            if !(topic == Topic::Blobs && payload.is_empty()) {
+                record = record.payload(payload.as_slice());
+            }
             if let Some(h) = headers.and_then(|h| h.get(index)) {
                 record = record.headers(h.iter().fold(OwnedHeaders::new(), |o, (k, v)| {
                     o.insert(Header {
@@ -1084,6 +1105,12 @@ impl Log for KafkaLog {
     }
 
     fn partition_of(&self, topic: Topic, key: &[u8]) -> u32 {
+        // A blob's chunks (`<hex>/<i>`) go where its manifest (`<hex>`)
+        // goes, so a reader finds them in one partition, in order.
+        let key = match topic {
+            Topic::Blobs => key.split(|b| *b == b'/').next().unwrap_or(key),
+            _ => key,
+        };
         super::murmur2::partition(key, self.partitions(topic))
     }
 
@@ -1362,7 +1389,7 @@ impl Log for KafkaLog {
 
     fn describe(&self) -> String {
         format!(
-            "Kafka at {} (topics {}ledger/registry/published/checkpoints, {} ledger partitions, replication factor {})",
+            "Kafka at {} (topics {}ledger/registry/published/checkpoints/blobs, {} ledger partitions, replication factor {})",
             self.config.brokers,
             self.config.topic_prefix,
             self.partitions(Topic::Ledger),

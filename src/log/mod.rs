@@ -28,6 +28,12 @@ pub enum Topic {
     Published,
     /// Hash-chain checkpoints of the other topics.
     Checkpoints,
+    /// Content shared between instances on a distributed backend (see
+    /// `crate::content_share`): chunks and manifests keyed by digest, a
+    /// compacted topic. Not one of the ledger's topics ([`Topic::ALL`]):
+    /// not chained, not checkpointed, not projected; a backend without it
+    /// (the embedded log) has no partitions of it.
+    Blobs,
 }
 
 impl Topic {
@@ -44,6 +50,7 @@ impl Topic {
             Topic::Registry => "registry",
             Topic::Published => "published",
             Topic::Checkpoints => "checkpoints",
+            Topic::Blobs => "blobs",
         }
     }
 
@@ -53,6 +60,7 @@ impl Topic {
             Topic::Registry => 1,
             Topic::Published => 2,
             Topic::Checkpoints => 3,
+            Topic::Blobs => 4,
         }
     }
 }

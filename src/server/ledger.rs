@@ -427,11 +427,14 @@ fn serve_loop(
         }
         if last_sweep.is_none_or(|t| t.elapsed() >= opts.gc_interval) {
             match engine.sweep_content(opts.gc_grace) {
-                Ok(r) if r.removed > 0 => tracing::info!(
-                    removed = r.removed,
-                    bytes = r.removed_bytes,
-                    "content no live reference holds was removed"
-                ),
+                Ok(r) if r.removed > 0 || r.shared.as_ref().is_some_and(|s| s.removed > 0) => {
+                    tracing::info!(
+                        removed = r.removed,
+                        bytes = r.removed_bytes,
+                        shared_removed = r.shared.as_ref().map_or(0, |s| s.removed),
+                        "content no live reference holds was removed"
+                    )
+                }
                 Ok(_) => {}
                 Err(e) => tracing::warn!("sweeping the content store: {e}"),
             }
