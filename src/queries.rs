@@ -502,17 +502,18 @@ fn status(engine: &Engine, json: bool) -> Result<Said, LedgerError> {
     }
     let sizes = views.sizes()?;
     let lag = |r: &Row| r.projected.map(|x| r.end - x.min(r.end));
+    let rebuild = engine.rebuild_status();
     let mut out = String::new();
     if json {
-        line!(
-            out,
-            "{}",
-            json!({"log": log.describe(),
-                "partitions": rows.iter().map(|r| json!({"topic": r.topic.name(), "partition": r.partition,
-                    "end": r.end, "projected": r.projected, "lag": lag(r), "dispatch_cursor": r.dispatch,
-                    "attested_by_checkpoints": r.attested})).collect::<Vec<_>>(),
-                "views": sizes.iter().map(|(n, c)| (n.to_string(), json!(c))).collect::<serde_json::Map<_, _>>()})
-        );
+        let mut answer = json!({"log": log.describe(),
+            "partitions": rows.iter().map(|r| json!({"topic": r.topic.name(), "partition": r.partition,
+                "end": r.end, "projected": r.projected, "lag": lag(r), "dispatch_cursor": r.dispatch,
+                "attested_by_checkpoints": r.attested})).collect::<Vec<_>>(),
+            "views": sizes.iter().map(|(n, c)| (n.to_string(), json!(c))).collect::<serde_json::Map<_, _>>()});
+        if let Some(r) = &rebuild {
+            answer["rebuild"] = json!(r);
+        }
+        line!(out, "{answer}");
     } else {
         line!(out, "{}", log.describe());
         line!(
@@ -549,8 +550,38 @@ fn status(engine: &Engine, json: bool) -> Result<Said, LedgerError> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        if let Some(r) = &rebuild {
+            line!(out, "{}", rebuild_line(r));
+        }
     }
     Ok(Said::answered(out))
+}
+
+/// A rebuild's state in one line, for `status`.
+fn rebuild_line(r: &crate::rebuild::beside::RebuildStatus) -> String {
+    use crate::rebuild::beside::RebuildState;
+    match r.state {
+        RebuildState::Running => format!(
+            "rebuild {}: running, {}/{} records projected beside the live views ({:.1}s)",
+            r.id, r.projected, r.total, r.seconds
+        ),
+        RebuildState::Swapped => format!(
+            "rebuild {}: swapped in after {:.1}s, {}",
+            r.id,
+            r.seconds,
+            match r.identical() {
+                Some(true) => "identical to the views it replaced",
+                Some(false) => "the views it replaced had DRIFTED",
+                None => "not compared (the log kept moving)",
+            }
+        ),
+        RebuildState::Failed => format!(
+            "rebuild {}: FAILED after {:.1}s: {}",
+            r.id,
+            r.seconds,
+            r.error.as_deref().unwrap_or("")
+        ),
+    }
 }
 
 fn stats(engine: &Engine, task: &str, json: bool) -> Result<Said, LedgerError> {

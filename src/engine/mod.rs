@@ -12,6 +12,7 @@ mod context;
 mod dispatcher;
 mod open;
 mod options;
+mod rebuilding;
 mod registry;
 mod runs;
 mod tokens;
@@ -64,6 +65,12 @@ pub struct Engine {
     /// Runs this engine has closed: a serve loop dispatches at once when
     /// it grows, instead of at its next poll.
     closed: u64,
+    /// The data dir, when the engine opened one (a rebuild beside the
+    /// live views needs it).
+    data: Option<DataDir>,
+    /// Fresh views being built beside the live ones, and how the last
+    /// rebuild ended (see `rebuilding`).
+    rebuild: rebuilding::Rebuilds,
     _lock: Option<File>,
 }
 
@@ -96,6 +103,7 @@ impl Engine {
         let store = ContentStore::open(dd.blobs())?.with_share(share);
         let mut engine = Self::with_parts(log, views, store, opts);
         engine.keys = Some(keys);
+        engine.data = Some(dd);
         engine._lock = Some(lock);
         engine.caught_up_at = Some(std::time::Instant::now());
         Ok(engine)
@@ -134,6 +142,8 @@ impl Engine {
             closed: 0,
             grouping: false,
             principal: crate::codec::V1_PRINCIPAL.to_string(),
+            data: None,
+            rebuild: Default::default(),
             _lock: None,
         }
     }

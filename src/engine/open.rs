@@ -16,6 +16,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The directories the views may live in: the live one, and the one a
+/// rebuild while serving builds beside it.
+const VIEWS_DIRS: [&str; 2] = ["views", "views.b"];
+
 /// Paths inside a data directory.
 pub struct DataDir {
     pub root: PathBuf,
@@ -30,8 +34,54 @@ impl DataDir {
     pub fn log(&self) -> PathBuf {
         self.root.join("log")
     }
+    /// The live views: `views`, or the directory `views.current` names
+    /// (a rebuild while serving builds beside the live views and points
+    /// here at the fresh ones, see `crate::rebuild::beside`).
     pub fn views(&self) -> PathBuf {
-        self.root.join("views")
+        self.root.join(self.views_name())
+    }
+
+    /// The live views' directory name.
+    pub fn views_name(&self) -> String {
+        match std::fs::read_to_string(self.views_pointer()) {
+            Ok(name) if VIEWS_DIRS.contains(&name.trim()) => name.trim().to_string(),
+            _ => VIEWS_DIRS[0].to_string(),
+        }
+    }
+
+    /// The directory the next rebuild beside the live views builds in.
+    pub fn views_beside(&self) -> (String, PathBuf) {
+        let live = self.views_name();
+        let name = VIEWS_DIRS
+            .iter()
+            .find(|n| **n != live)
+            .unwrap_or(&VIEWS_DIRS[1])
+            .to_string();
+        let dir = self.root.join(&name);
+        (name, dir)
+    }
+
+    fn views_pointer(&self) -> PathBuf {
+        self.root.join("views.current")
+    }
+
+    /// Make `name` the live views from now on, atomically and durably.
+    pub fn point_views_at(&self, name: &str) -> Result<()> {
+        let io = |what: &str, e: std::io::Error| {
+            LedgerError::io(format!("{what} {}", self.views_pointer().display()), e)
+        };
+        let tmp = self.root.join("views.current.tmp");
+        {
+            use std::io::Write;
+            let mut f = crate::private_files::create(&tmp).map_err(|e| io("create", e))?;
+            f.write_all(name.as_bytes())
+                .and_then(|_| f.sync_all())
+                .map_err(|e| io("write", e))?;
+        }
+        std::fs::rename(&tmp, self.views_pointer()).map_err(|e| io("replace", e))?;
+        File::open(&self.root)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("sync the directory of", e))
     }
     /// Where views that could not be trusted are moved (the last set only).
     pub fn views_set_aside(&self) -> PathBuf {

@@ -114,6 +114,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tokens", get(tokens_list))
         .route("/v1/export", get(export))
         .route("/v1/verify", get(verify))
+        .route("/v1/rebuild", get(rebuild_status).post(rebuild_start))
         .route("/v1/log", get(super::tlog::logs))
         .route(
             "/v1/log/{topic}/{partition}/checkpoint",
@@ -807,6 +808,58 @@ async fn verify(
     s.ledger
         .metrics
         .http("/v1/verify", response.status().as_u16());
+    response
+}
+
+/// Where the rebuild of the views stands (`{"rebuild":null}` when none
+/// ran in this process).
+async fn rebuild_status(State(s): State<AppState>, headers: Asked) -> Response {
+    let c = match caller(&s, &headers) {
+        Ok(c) => c,
+        Err(f) => return failure_response(f),
+    };
+    let response = match read_job(&s, c, |engine| Ok(engine.rebuild_status())).await {
+        Ok(status) => axum::Json(serde_json::json!({ "rebuild": status })).into_response(),
+        Err(r) => r,
+    };
+    s.ledger
+        .metrics
+        .http("/v1/rebuild", response.status().as_u16());
+    response
+}
+
+/// Start rebuilding the views beside the live ones (the operator only):
+/// answered at once with where it stands; `GET` follows it, and the serve
+/// loop swaps the fresh views in when they are built.
+async fn rebuild_start(State(s): State<AppState>, headers: Asked) -> Response {
+    let c = match caller(&s, &headers) {
+        Ok(c) => c,
+        Err(f) => return failure_response(f),
+    };
+    let call = s.ledger.call(move |engine| {
+        let grant = grant_of(engine, &c)?;
+        if grant.principal != crate::auth::Principal::Operator {
+            return Err(Failure::new(
+                Code::Forbidden,
+                format!(
+                    "{} may not rebuild the views: only the operator may",
+                    grant.principal
+                ),
+            ));
+        }
+        engine
+            .start_rebuild()
+            .map_err(|e| Failure::new(e.code(), e.to_string()))
+    });
+    let response = match tokio::time::timeout(s.opts.timeout, call).await {
+        Ok(Ok(Ok(status))) => axum::Json(serde_json::json!({ "rebuild": status })).into_response(),
+        Ok(Ok(Err(f))) => failure_response(f),
+        Ok(Err(Gone)) => gone(),
+        Err(_) => timed_out(s.opts.timeout),
+    };
+    s.ledger
+        .metrics
+        .http("/v1/rebuild", response.status().as_u16());
     response
 }
 

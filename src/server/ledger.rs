@@ -383,6 +383,28 @@ fn serve_loop(
             ));
             owned_before = Some(owned.clone());
         }
+        // Views rebuilt beside the live ones go in between operations.
+        if let Some(r) = engine.finish_rebuild()? {
+            (opts.say)(&match r.identical() {
+                Some(true) => format!(
+                    "rebuild {}: swapped in, identical to the views it replaced",
+                    r.id
+                ),
+                Some(false) => format!(
+                    "rebuild {}: swapped in; the views it replaced had DRIFTED",
+                    r.id
+                ),
+                None if r.error.is_some() => format!(
+                    "rebuild {} failed: {}",
+                    r.id,
+                    r.error.as_deref().unwrap_or("")
+                ),
+                None => format!(
+                    "rebuild {}: swapped in (not compared: the log kept moving)",
+                    r.id
+                ),
+            });
+        }
         engine.catch_up(&|_| {})?;
         ready.store(true, Ordering::SeqCst);
         // The dispatch sweep joins the operations waiting now in one

@@ -32,6 +32,7 @@ pub struct Metrics {
     log_syncs_seen: std::sync::atomic::AtomicU64,
     otlp_spans: Family<Labels, Counter>,
     otlp_failures: Counter,
+    rebuild: Family<Labels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -118,7 +119,14 @@ impl Metrics {
             "OTLP export requests the collector did not take (retried)",
             otlp_failures.clone(),
         );
+        let rebuild = Family::<Labels, Gauge>::default();
+        registry.register(
+            "rebuild_records",
+            "The rebuild of the views beside the live ones: records projected so far (kind=projected) of those in the log when it started (kind=total); kind=running is 1 while it runs",
+            rebuild.clone(),
+        );
         Metrics {
+            rebuild,
             otlp_spans,
             otlp_failures,
             registry,
@@ -225,6 +233,18 @@ impl Metrics {
             .log_syncs_seen
             .swap(syncs, std::sync::atomic::Ordering::Relaxed);
         self.log_syncs.inc_by(syncs.saturating_sub(seen));
+        if let Some(r) = engine.rebuild_status() {
+            let running = r.state == crate::rebuild::beside::RebuildState::Running;
+            for (kind, v) in [
+                ("projected", r.projected as i64),
+                ("total", r.total as i64),
+                ("running", running as i64),
+            ] {
+                self.rebuild
+                    .get_or_create(&vec![("kind", kind.into())])
+                    .set(v);
+            }
+        }
         let views = engine.views();
         for topic in [Topic::Ledger, Topic::Registry] {
             for p in 0..log.partitions(topic) {

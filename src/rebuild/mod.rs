@@ -10,6 +10,8 @@ use crate::projector::project_all;
 use crate::views::Views;
 use std::fs;
 
+pub mod beside;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RebuildReport {
     pub records: u64,
