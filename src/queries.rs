@@ -644,6 +644,8 @@ fn export(
         .into_iter()
         .filter_map(|(_, c)| c.ok())
         .collect();
+    let witnessed =
+        crate::audit::checkpoint::latest_cosigned(engine.log().as_ref(), Topic::Ledger)?;
     let what = json!({"run": run, "chain": chain, "as_of": as_of});
     let mut out = Vec::new();
     crate::audit::export::write_export(
@@ -652,6 +654,7 @@ fn export(
         what,
         &steps,
         &checkpoints,
+        &witnessed,
         &mut out,
     )?;
     Ok(Said::answered(String::from_utf8(out).map_err(|_| {

@@ -412,6 +412,98 @@ fn a_witness_cosigns_what_extends_and_refuses_a_rewritten_history() {
                 && l["size"].as_u64().unwrap() >= 45),
         "{lines:?}"
     );
+    // An export carries the cosigned checkpoint its record is proven
+    // under: an auditor requires the witness offline.
+    let (code, export, err) = common::cli(&a, &["--server", &s.url, "export", "--run", "r40"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(export.contains("\"type\":\"cosigned\""), "{export}");
+    let schema = |name: &str| -> Value {
+        let path = format!("{}/schemas/{name}", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let mut export_schema = schema("export.json");
+    export_schema["oneOf"][2]["properties"]["checkpoint"] = schema("checkpoint.json");
+    let validator = jsonschema::validator_for(&export_schema).unwrap();
+    for line in export.lines() {
+        let l: Value = serde_json::from_str(line).unwrap();
+        let errors: Vec<String> = validator.iter_errors(&l).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{line}: {errors:?}");
+    }
+    let verify_file = |name: &str, body: &str, extra: &[&str]| {
+        let f = d.path().join(name);
+        std::fs::write(&f, body).unwrap();
+        let mut args = vec![
+            "--json",
+            "verify",
+            "--export",
+            f.to_str().unwrap(),
+            "--key",
+            &vkey,
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = common::cli(&a, &args);
+        (
+            code,
+            serde_json::from_str::<Value>(&out).unwrap_or(json!({"stderr": err})),
+        )
+    };
+    let (code, v) = verify_file("r40.export", &export, &["--witness-key", &wkey]);
+    assert_eq!(code, 0, "{v}");
+    let w = &v["signed"]["witnessed"];
+    assert_eq!(w["witnessed"], 1, "{v}");
+    assert_eq!(w["logs"][0]["by"], json!(["witness.example/w1"]), "{v}");
+    let (code, v) = verify_file(
+        "r40.export",
+        &export,
+        &["--witness-key", &wkey, "--witness-key", other.trim()],
+    );
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["first_mismatch"]
+            .to_string()
+            .contains("not under a checkpoint 2 of the witnesses cosigned"),
+        "{v}"
+    );
+    // Without its cosigned line, or with the cosignature cut from the
+    // note, the record is not witnessed; each names the record.
+    let without: String = export
+        .lines()
+        .filter(|l| !l.contains("\"type\":\"cosigned\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (code, v) = verify_file("r40-uncosigned.export", &without, &["--witness-key", &wkey]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["first_mismatch"]["topic"], "ledger", "{v}");
+    let cut: String = export
+        .lines()
+        .map(|l| {
+            if !l.contains("\"type\":\"cosigned\"") {
+                return format!("{l}\n");
+            }
+            let mut c: Value = serde_json::from_str(l).unwrap();
+            let note: String = c["note"]
+                .as_str()
+                .unwrap()
+                .lines()
+                .filter(|n| !n.contains("witness.example/w1"))
+                .map(|n| format!("{n}\n"))
+                .collect();
+            c["note"] = json!(note);
+            format!("{c}\n")
+        })
+        .collect();
+    let (code, v) = verify_file("r40-cut.export", &cut, &["--witness-key", &wkey]);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["first_mismatch"]
+            .to_string()
+            .contains("cosigned by none of them"),
+        "{v}"
+    );
+    // Signatures alone still hold for both.
+    let (code, v) = verify_file("r40-cut.export", &cut, &[]);
+    assert_eq!(code, 0, "{v}");
+
     let old = d.path().join("old-note");
     std::fs::write(&old, &old_note).unwrap();
     drop(s);

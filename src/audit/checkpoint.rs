@@ -8,6 +8,7 @@ use super::hashchain::{from_hex32, link_head, record_digest, HexDigest};
 use crate::error::{LedgerError, Result};
 use crate::log::{Log, Topic};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Records per automatic checkpoint.
 pub const CHECKPOINT_INTERVAL: u64 = 1024;
@@ -219,6 +220,34 @@ pub fn append_cosigned(log: &dyn Log, c: &Cosigned) -> Result<(u32, u64)> {
         .first()
         .copied()
         .ok_or(LedgerError::Internal("an append that placed nothing"))
+}
+
+/// Per partition of `topic`, the largest checkpoint witnesses cosigned,
+/// with the cosignature lines of every post at that size in one note (each
+/// witness posts its own): what an export carries so that an auditor can
+/// require the witnesses without asking the ledger.
+pub fn latest_cosigned(log: &dyn Log, topic: Topic) -> Result<BTreeMap<u32, Cosigned>> {
+    let mut out: BTreeMap<u32, Cosigned> = BTreeMap::new();
+    for (_, c) in read_cosigned(log)? {
+        if c.topic != topic.name() {
+            continue;
+        }
+        match out.get_mut(&c.partition) {
+            Some(have) if have.size > c.size => {}
+            Some(have) if have.size == c.size => {
+                for line in c.note.lines().filter(|l| l.starts_with('\u{2014}')) {
+                    if !have.note.lines().any(|h| h == line) {
+                        have.note.push_str(line);
+                        have.note.push('\n');
+                    }
+                }
+            }
+            _ => {
+                out.insert(c.partition, c);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Every cosignatures record, in log order with its offset; unreadable

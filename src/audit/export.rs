@@ -4,8 +4,13 @@
 //! covering checkpoint is signed, each record also carries its RFC 9162
 //! inclusion proof in the partition's tree at that checkpoint's size, so an
 //! auditor with the verifier key needs nothing from the ledger's operator.
+//! Where witnesses cosigned a checkpoint of the partition that holds the
+//! record, the proof is to that checkpoint's tree instead, and the export
+//! carries its cosigned note (`{"type":"cosigned",…}`): an auditor can then
+//! require the witnesses too (`verify --export --witness-key`), and a ledger
+//! that showed the witnesses another history cannot make the proofs hold.
 
-use super::checkpoint::Checkpoint;
+use super::checkpoint::{Checkpoint, Cosigned};
 use super::tiles::TileStore;
 use crate::codec;
 use crate::error::Result;
@@ -18,13 +23,16 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 /// Write an export of `steps` (a run's or chain's trail, already filtered
-/// as of a point) with the checkpoints in `checkpoints` that cover them.
+/// as of a point) with the checkpoints in `checkpoints` that cover them,
+/// and the cosigned checkpoints of `witnessed` (per ledger partition) its
+/// records are proven under.
 pub fn write_export(
     log: &dyn Log,
     tiles: &TileStore,
     what: serde_json::Value,
     steps: &[(String, TrailStep)],
     checkpoints: &[Checkpoint],
+    witnessed: &BTreeMap<u32, Cosigned>,
     out: &mut dyn Write,
 ) -> Result<(u64, u64)> {
     let io = |e: std::io::Error| crate::error::LedgerError::io("writing the export", e);
@@ -34,12 +42,20 @@ pub fn write_export(
             c.topic == "ledger" && c.partition == s.partition && c.digest_at(s.offset).is_some()
         })
     };
-    // Each partition's tree, as far as its signed covering checkpoints go.
+    // The tree a record is proven in: a cosigned one that holds it, else
+    // its signed covering checkpoint's.
+    let cosigned = |s: &TrailStep| witnessed.get(&s.partition).filter(|c| c.size > s.offset);
+    let proven_at = |s: &TrailStep| {
+        cosigned(s)
+            .map(|c| c.size)
+            .or_else(|| covering(s).filter(|c| c.note.is_some()).map(|c| c.to))
+    };
+    // Each partition's tree, as far as those go.
     let mut reach: BTreeMap<u32, u64> = BTreeMap::new();
     for (_, s) in steps {
-        if let Some(cp) = covering(s).filter(|c| c.note.is_some()) {
+        if let Some(size) = proven_at(s) {
             let r = reach.entry(s.partition).or_default();
-            *r = (*r).max(cp.to);
+            *r = (*r).max(size);
         }
     }
     // Proofs from the tiles: a few reads each, whatever the partition's
@@ -49,6 +65,7 @@ pub fn write_export(
         tiles.sync(log, Topic::Ledger, p, to)?;
     }
     let mut used: Vec<&Checkpoint> = Vec::new();
+    let mut used_cosigned: Vec<&Cosigned> = Vec::new();
     for (run, s) in steps {
         let raw = log
             .read(Topic::Ledger, s.partition, s.offset, 1)?
@@ -63,13 +80,16 @@ pub fn write_export(
         let mut line = json!({"type": "record", "topic": "ledger", "partition": s.partition, "offset": s.offset,
                "run": run, "step": s.step, "kind": rec.event.kind(), "event_id": rec.event_id,
                "digest": digest, "record_b64": B64.encode(&raw.payload)});
-        let signed = covering(s).filter(|c| c.note.is_some());
-        if let Some(cp) = signed {
+        if let Some(size) = proven_at(s) {
             let nodes = tiles.nodes(Topic::Ledger, s.partition);
-            let proof =
-                super::merkle::inclusion_proof(&nodes, s.offset, cp.to)?.unwrap_or_default();
-            line["inclusion"] = json!({"tree_size": cp.to, "leaf_index": s.offset,
+            let proof = super::merkle::inclusion_proof(&nodes, s.offset, size)?.unwrap_or_default();
+            line["inclusion"] = json!({"tree_size": size, "leaf_index": s.offset,
                 "hashes": proof.iter().map(|h| B64.encode(h)).collect::<Vec<_>>()});
+        }
+        if let Some(c) = cosigned(s) {
+            if !used_cosigned.contains(&c) {
+                used_cosigned.push(c);
+            }
         }
         writeln!(out, "{line}").map_err(io)?;
         if let Some(cp) = covering(s) {
@@ -80,6 +100,15 @@ pub fn write_export(
     }
     for cp in &used {
         writeln!(out, "{}", json!({"type": "checkpoint", "checkpoint": cp})).map_err(io)?;
+    }
+    for c in &used_cosigned {
+        writeln!(
+            out,
+            "{}",
+            json!({"type": "cosigned", "topic": c.topic, "partition": c.partition,
+            "size": c.size, "note": c.note})
+        )
+        .map_err(io)?;
     }
     Ok((steps.len() as u64, used.len() as u64))
 }

@@ -5,10 +5,10 @@
 //! a tree whose root the key signed. An export edited, cut, reordered or
 //! made up from nothing fails one of them, naming the record.
 
-use super::checkpoint::Checkpoint;
+use super::checkpoint::{Checkpoint, Cosigned, CHAINED_TOPICS};
 use super::merkle::{leaf_hash, verify_inclusion, Hash};
 use super::note::{origin, CheckpointBody, VerifierKey};
-use super::signed::SignedSummary;
+use super::signed::{SignedSummary, Trust, WitnessedLog, WitnessedSummary};
 use super::verify::{mismatch as fault, Mismatch};
 use crate::codec;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -117,6 +117,14 @@ pub struct SignedRoots<'k> {
     /// Checkpoints whose note does not hold up.
     pub faults: Vec<Mismatch>,
     pub summary: SignedSummary,
+    /// When witnesses are required: how many, and which of them cosigned
+    /// each tree (from the export's `cosigned` lines).
+    need: usize,
+    witness_names: Vec<String>,
+    cosigners: BTreeMap<(String, u32, u64), Vec<String>>,
+    /// Per log, the largest tree enough witnesses cosigned that a record
+    /// was proven in.
+    witnessed_logs: BTreeMap<(String, u32), (u64, Vec<String>)>,
 }
 
 impl<'k> SignedRoots<'k> {
@@ -129,6 +137,10 @@ impl<'k> SignedRoots<'k> {
                 key: key.to_string(),
                 ..SignedSummary::default()
             },
+            need: 0,
+            witness_names: Vec::new(),
+            cosigners: BTreeMap::new(),
+            witnessed_logs: BTreeMap::new(),
         };
         for cp in cps {
             let (Some(note), Some(topic)) = (&cp.note, cp.topic()) else {
@@ -164,6 +176,97 @@ impl<'k> SignedRoots<'k> {
             }
         }
         s
+    }
+
+    /// Take the export's cosigned checkpoints (`(line, cosigned)`): each
+    /// must be signed by the ledger's key for its log and size (its root
+    /// then proves records like any signed one); the witnesses of `trust`
+    /// whose cosignature verifies are noted per tree, and with witnesses
+    /// named every record must be proven in a tree `trust.need` of them
+    /// cosigned.
+    pub fn add_cosigned(&mut self, cosigned: &[(usize, Cosigned)], trust: &Trust) {
+        self.need = if trust.witnesses.is_empty() {
+            0
+        } else {
+            trust.need.max(1)
+        };
+        self.witness_names = trust.witnesses.iter().map(|w| w.to_string()).collect();
+        for (line, c) in cosigned {
+            let topic = CHAINED_TOPICS.into_iter().find(|t| t.name() == c.topic);
+            let body = self
+                .key
+                .open(&c.note)
+                .map_err(|e| e.to_string())
+                .and_then(|t| CheckpointBody::parse(t).map_err(|e| e.to_string()));
+            let fits = |b: &CheckpointBody| {
+                topic.is_some_and(|t| b.origin == origin(self.key.name(), t, c.partition))
+                    && b.size == c.size
+            };
+            let body = match body {
+                Ok(b) if fits(&b) => b,
+                Ok(b) => {
+                    self.faults.push(fault(
+                        &c.topic,
+                        c.partition,
+                        c.size,
+                        format!("cosigned checkpoint on line {line}: origin and size"),
+                        format!(
+                            "{} at {}",
+                            topic.map_or("?".to_owned(), |t| origin(
+                                self.key.name(),
+                                t,
+                                c.partition
+                            )),
+                            c.size
+                        ),
+                        format!("{} at {}", b.origin, b.size),
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    self.faults.push(fault(
+                        &c.topic,
+                        c.partition,
+                        c.size,
+                        format!("cosigned checkpoint on line {line}: signature"),
+                        format!("a note signed by {}", self.key.name()),
+                        e,
+                    ));
+                    continue;
+                }
+            };
+            let at = (c.topic.clone(), c.partition, c.size);
+            self.summary.signed_checkpoints += 1;
+            self.roots.insert(at.clone(), body.root);
+            let by: Vec<String> = trust
+                .witnesses
+                .iter()
+                .filter(|w| w.cosigned(&c.note).is_ok())
+                .map(|w| w.name().to_owned())
+                .collect();
+            self.cosigners.insert(at, by);
+        }
+    }
+
+    /// The summary, with what the witnesses attest when they were required.
+    pub fn finish(mut self) -> SignedSummary {
+        if !self.witness_names.is_empty() {
+            let mut w = WitnessedSummary {
+                witnesses: self.witness_names,
+                required: self.need,
+                witnessed: self.summary.witnessed.as_ref().map_or(0, |w| w.witnessed),
+                logs: Vec::new(),
+            };
+            for ((topic, p), (size, by)) in self.witnessed_logs {
+                w.logs.push(WitnessedLog {
+                    log: format!("{topic}/{p}"),
+                    size,
+                    by,
+                });
+            }
+            self.summary.witnessed = Some(w);
+        }
+        self.summary
     }
 
     /// Check a record's inclusion proof; the fault if it does not hold.
@@ -217,12 +320,46 @@ impl<'k> SignedRoots<'k> {
                 "hashes that are not base64 SHA-256".to_owned(),
             );
         };
-        match verify_inclusion(&leaf_hash(payload), index, size, &hashes, root) {
-            Ok(()) => {
-                self.summary.attested += 1;
-                None
-            }
-            Err(e) => bad("record is not in the signed tree", e.to_string()),
+        if let Err(e) = verify_inclusion(&leaf_hash(payload), index, size, &hashes, root) {
+            return bad("record is not in the signed tree", e.to_string());
         }
+        self.summary.attested += 1;
+        if self.need == 0 {
+            return None;
+        }
+        let by = self
+            .cosigners
+            .get(&(topic.to_owned(), p, size))
+            .cloned()
+            .unwrap_or_default();
+        if by.len() < self.need {
+            return Some(fault(
+                topic,
+                p,
+                o,
+                format!(
+                    "record is not under a checkpoint {} of the witnesses cosigned",
+                    self.need
+                ),
+                format!("a tree cosigned by {} of the witnesses", self.need),
+                match by.len() {
+                    0 => format!("the tree of {size} records, cosigned by none of them"),
+                    _ => format!("the tree of {size} records, cosigned by {}", by.join(", ")),
+                },
+            ));
+        }
+        let w = self
+            .summary
+            .witnessed
+            .get_or_insert_with(WitnessedSummary::default);
+        w.witnessed += 1;
+        let log = self
+            .witnessed_logs
+            .entry((topic.to_owned(), p))
+            .or_insert((0, Vec::new()));
+        if size >= log.0 {
+            *log = (size, by);
+        }
+        None
     }
 }

@@ -591,6 +591,12 @@ pub enum ExportError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("line {line}: bad cosigned checkpoint: {source}")]
+    BadCosigned {
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("line {line}: unknown line type {found}")]
     UnknownLine { line: usize, found: String },
     #[error("line {line}: record without offset")]
@@ -613,7 +619,20 @@ pub fn verify_export(
     text: &str,
     key: Option<&super::note::VerifierKey>,
 ) -> std::result::Result<VerifyReport, ExportError> {
+    let trust = key.map(|k| super::signed::Trust::key_only(k.clone()));
+    verify_export_trusting(text, trust.as_ref())
+}
+
+/// [`verify_export`] trusting the ledger's key and, when `trust` names
+/// witnesses, requiring every record to be proven under a checkpoint
+/// enough of them cosigned (the export's `cosigned` lines).
+pub fn verify_export_trusting(
+    text: &str,
+    trust: Option<&super::signed::Trust>,
+) -> std::result::Result<VerifyReport, ExportError> {
+    let key = trust.map(|t| &t.key);
     let mut report = VerifyReport::default();
+    let mut cosigned: Vec<(usize, super::checkpoint::Cosigned)> = Vec::new();
     let mut cps: Vec<Checkpoint> = Vec::new();
     let mut records = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -649,6 +668,18 @@ pub fn verify_export(
                 cps.push(cp);
             }
             Some("record") => records.push((i + 1, v)),
+            Some("cosigned") => {
+                let mut fields = v.clone();
+                if let Some(o) = fields.as_object_mut() {
+                    o.remove("type");
+                }
+                let c =
+                    serde_json::from_value(fields).map_err(|source| ExportError::BadCosigned {
+                        line: i + 1,
+                        source,
+                    })?;
+                cosigned.push((i + 1, c));
+            }
             other => {
                 return Err(ExportError::UnknownLine {
                     line: i + 1,
@@ -661,7 +692,8 @@ pub fn verify_export(
         }
     }
     let mut signed = key.map(|k| super::export_proof::SignedRoots::from_checkpoints(k, &cps));
-    if let Some(s) = &mut signed {
+    if let (Some(s), Some(t)) = (&mut signed, trust) {
+        s.add_cosigned(&cosigned, t);
         report.mismatches.append(&mut s.faults);
     }
     let mut steps = super::export_proof::RunSteps::default();
@@ -727,7 +759,7 @@ pub fn verify_export(
         }
     }
     report.mismatches.extend(steps.gaps());
-    report.signed = signed.map(|s| s.summary);
+    report.signed = signed.map(|s| s.finish());
     report
         .mismatches
         .sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));

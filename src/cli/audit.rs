@@ -1,7 +1,7 @@
 //! Auditor commands: verify (the log or an export), checkpoint, export.
 
 use super::{open_engine, Cli};
-use agentledger::audit::verify::verify_export;
+use agentledger::audit::verify::verify_export_trusting;
 use agentledger::queries::{self, Query};
 use anyhow::{Context, Result};
 use serde_json::json;
@@ -46,7 +46,7 @@ pub fn verify(
     if let Some(path) = export {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let report = verify_export(&text, key.as_ref())
+        let report = verify_export_trusting(&text, trust.as_ref())
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let subject = format!("export {}", path.display());
         return super::inspect::print(&queries::verify_said(&report, &[], &subject, cli.json));

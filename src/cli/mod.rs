@@ -324,8 +324,10 @@ pub enum Command {
         /// Require cosignatures by this witness (its key as `key show
         /// --witness` prints it, or a file holding it); repeatable. Each
         /// log must have a checkpoint cosigned by --witnesses of them, and
-        /// every cosigned checkpoint must be one this log has.
-        #[arg(long, requires = "key", conflicts_with_all = ["export", "since"])]
+        /// every cosigned checkpoint must be one this log has; with
+        /// --export, every record must be proven under a checkpoint of the
+        /// export that --witnesses of them cosigned.
+        #[arg(long, requires = "key", conflicts_with = "since")]
         witness_key: Vec<String>,
         /// How many of the witness keys must have cosigned (default: all).
         #[arg(long, requires = "witness_key")]

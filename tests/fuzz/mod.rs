@@ -200,6 +200,7 @@ fn build_seeds() -> Seeds {
             json!({"chain": "r1"}),
             &steps,
             &cps,
+            &Default::default(),
             &mut out,
         )
         .unwrap();
