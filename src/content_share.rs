@@ -52,6 +52,24 @@ pub struct Manifest {
     /// When it was published (ms since the epoch): a sweep leaves a blob no
     /// reference holds alone for its grace period after this.
     pub written_ms: u64,
+    /// For a task's sealed blob (filed under [`sealed_id`], not under the
+    /// digest of its bytes): the sha256 (hex) of the plaintext, which the
+    /// task's references name and the sweep asks about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed_for: Option<String>,
+}
+
+/// Where a task's sealed blob is filed in the topic: a digest of the
+/// task's tag and the plaintext's sha256 (the sealed bytes are checked by
+/// opening them with the task's key, not by their own digest).
+pub fn sealed_id(tag: &str, sha256: &[u8; 32]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::new()
+        .chain_update(b"agentledger sealed blob ")
+        .chain_update(tag.as_bytes())
+        .chain_update(sha256)
+        .finalize()
+        .into()
 }
 
 /// A manifest and where it lies.
@@ -122,6 +140,18 @@ impl SharedContent {
     /// again writes them again (compaction keeps the newest) and restarts
     /// their grace period.
     pub fn publish(&self, sha256: &[u8; 32], bytes: &[u8]) -> Result<(), LogError> {
+        self.publish_as(sha256, bytes, None)
+    }
+
+    /// Publish under `id` (a digest, or a [`sealed_id`] with the
+    /// plaintext's sha256 in `sealed_for`).
+    pub fn publish_as(
+        &self,
+        id: &[u8; 32],
+        bytes: &[u8],
+        sealed_for: Option<&[u8; 32]>,
+    ) -> Result<(), LogError> {
+        let sha256 = id;
         let hex = hex::encode(sha256);
         let chunks: Vec<(Vec<u8>, Vec<u8>)> = bytes
             .chunks(CHUNK_BYTES)
@@ -144,6 +174,7 @@ impl SharedContent {
             size: bytes.len() as u64,
             chunks: placed.iter().map(|(_, o)| *o).collect(),
             written_ms: now_ms(),
+            sealed_for: sealed_for.map(hex::encode),
         };
         let json = serde_json::to_vec(&manifest)
             .map_err(|e| LogError::Corrupt(format!("encoding the manifest of {hex}: {e}")))?;
@@ -299,7 +330,13 @@ impl SharedContent {
         };
         let mut dead: Vec<([u8; 32], Located)> = Vec::new();
         for (sha, located) in index.blobs.iter() {
-            if now.saturating_sub(located.manifest.written_ms) < grace_ms || live(sha)? {
+            // A sealed blob lives as long as a reference to its plaintext.
+            let mut plain = [0u8; 32];
+            let asked = match &located.manifest.sealed_for {
+                Some(h) if hex::decode_to_slice(h, &mut plain).is_ok() => &plain,
+                _ => sha,
+            };
+            if now.saturating_sub(located.manifest.written_ms) < grace_ms || live(asked)? {
                 continue;
             }
             dead.push((*sha, located.clone()));

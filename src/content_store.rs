@@ -325,10 +325,21 @@ impl ContentStore {
         sha256: &[u8; 32],
         sealed: &[u8],
     ) -> Result<(), StoreError> {
+        self.keep_sealed(tag, &hex::encode(sha256), sealed)?;
+        if let Some(share) = &self.share {
+            let id = crate::content_share::sealed_id(tag, sha256);
+            share
+                .publish_as(&id, sealed, Some(sha256))
+                .map_err(StoreError::Shared)?;
+        }
+        Ok(())
+    }
+
+    /// Keep a task's sealed blob in this instance's directory.
+    fn keep_sealed(&self, tag: &str, hex: &str, sealed: &[u8]) -> Result<(), StoreError> {
         let dir = self.sealed_dir(tag);
         private_files::create_dir_all(&dir).map_err(io(format!("create {}", dir.display())))?;
-        let hex = hex::encode(sha256);
-        let path = dir.join(&hex);
+        let path = dir.join(hex);
         let tmp = self
             .dir
             .join("tmp")
@@ -345,10 +356,29 @@ impl ContentStore {
         Ok(self.sealed_dir(tag).join(hex_of(uri)?))
     }
 
-    /// A task's sealed blob, as stored; `None` if absent.
+    /// A task's sealed blob, as stored (or as the shared content holds
+    /// it: a copy is kept here); `None` if absent. Unchecked: opening it
+    /// with the task's key is the check.
     pub fn read_sealed(&self, tag: &str, uri: &str) -> Option<Vec<u8>> {
         let hex = hex_of(uri).ok()?;
-        fs::read(self.sealed_dir(tag).join(hex)).ok()
+        if let Ok(b) = fs::read(self.sealed_dir(tag).join(&hex)) {
+            return Some(b);
+        }
+        let share = self.share.as_ref()?;
+        let mut sha = [0u8; 32];
+        hex::decode_to_slice(&hex, &mut sha).ok()?;
+        let id = crate::content_share::sealed_id(tag, &sha);
+        let bytes = match share.fetch(&id) {
+            Ok(b) => b?,
+            Err(e) => {
+                tracing::warn!(blob = %hex, "cannot read the shared content: {e}");
+                return None;
+            }
+        };
+        if let Err(e) = self.keep_sealed(tag, &hex, &bytes) {
+            tracing::warn!(blob = %hex, "cannot keep a copy of a shared sealed blob: {e}");
+        }
+        Some(bytes)
     }
 
     /// Remove every sealed blob of a task (its key is gone: they are noise).

@@ -146,10 +146,47 @@ pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
         }
     };
     match command {
+        super::KeyCommand::Generate { seal: true, .. } => {
+            let path = super::seal_key_path(cli);
+            if path.exists() {
+                anyhow::bail!(
+                    "{} exists: a seal key is never replaced silently (every task key shared on Kafka is wrapped with it)",
+                    path.display()
+                );
+            }
+            let key = agentledger::erasure::TaskKey::generate()
+                .map_err(|e| anyhow::anyhow!("randomness: {e}"))?;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                agentledger::private_files::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
+            agentledger::private_files::write(&path, format!("{}\n", key.to_text()))
+                .with_context(|| format!("writing {}", path.display()))?;
+            eprintln!(
+                "agentledger: seal key written to {} (mode 0600; copy it to every instance of this ledger, keep it secret)",
+                path.display()
+            );
+            outln!("{}", key.fingerprint());
+            Ok(0)
+        }
+        super::KeyCommand::Show { seal: true, .. } => {
+            let path = super::seal_key_path(cli);
+            let text = std::fs::read_to_string(&path).with_context(|| {
+                format!(
+                    "reading the seal key {} (make one with `agentledger key generate --seal`)",
+                    path.display()
+                )
+            })?;
+            let key = agentledger::erasure::TaskKey::from_text(&text)
+                .with_context(|| format!("the seal key {} is not 64 hex digits", path.display()))?;
+            outln!("{}", key.fingerprint());
+            Ok(0)
+        }
         super::KeyCommand::Generate {
             name,
             witness,
             key_file,
+            ..
         } => {
             let path = place(*witness, key_file);
             if path.exists() {
@@ -188,7 +225,9 @@ pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
             outln!("{}", key.verifier());
             Ok(0)
         }
-        super::KeyCommand::Show { witness, key_file } => {
+        super::KeyCommand::Show {
+            witness, key_file, ..
+        } => {
             let path = place(*witness, key_file);
             let text = std::fs::read_to_string(&path).with_context(|| {
                 format!(

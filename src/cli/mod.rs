@@ -89,8 +89,9 @@ pub struct Cli {
     )]
     pub kafka_password_file: Option<PathBuf>,
     /// Seal each task's context records with a key of its own, erased
-    /// when the task's context expires or is forgotten: on (default on the
-    /// embedded log), off, or auto (on the embedded log; off on Kafka,
+    /// when the task's context expires or is forgotten: on, off, or auto
+    /// (on the embedded log; on Kafka, on when a seal key is there — the
+    /// task keys are then shared by every instance holding it — else off,
     /// where keys would live with one instance only).
     #[arg(
         long,
@@ -123,6 +124,12 @@ pub struct Cli {
     /// the same step is answered `conflict`. 0 = catch up before every one.
     #[arg(long, global = true, default_value_t = 100)]
     pub max_staleness_ms: u64,
+    /// The fleet's seal key (made by `key generate --seal`; the same file
+    /// on every instance of one ledger on Kafka): task keys are shared
+    /// between instances wrapped with it. Without it, <data>/seal.key when
+    /// that exists.
+    #[arg(long, global = true, env = "AGENTLEDGER_SEAL_KEY")]
+    pub seal_key: Option<PathBuf>,
     /// The key that signs checkpoints (made by `key generate`); without
     /// it, <data>/checkpoint.key when that exists.
     #[arg(long, global = true, env = "AGENTLEDGER_CHECKPOINT_KEY")]
@@ -259,6 +266,11 @@ pub enum KeyCommand {
         /// <data>/witness.key with --witness).
         #[arg(long)]
         key_file: Option<PathBuf>,
+        /// The fleet's seal key instead (at --seal-key, default
+        /// <data>/seal.key): 32 random bytes that wrap the task keys
+        /// instances share on Kafka. Copy the file to every instance.
+        #[arg(long, conflicts_with_all = ["witness", "name", "key_file"])]
+        seal: bool,
     },
     /// Print the verifier key (name+id+key) that `verify --key` (or, of a
     /// witness key, `verify --witness-key`) takes.
@@ -268,6 +280,10 @@ pub enum KeyCommand {
         witness: bool,
         #[arg(long)]
         key_file: Option<PathBuf>,
+        /// Show the seal key's fingerprint (never the key): the same on
+        /// every instance that shares task keys.
+        #[arg(long, conflicts_with_all = ["witness", "key_file"])]
+        seal: bool,
     },
 }
 
@@ -650,17 +666,45 @@ fn signer(cli: &Cli) -> Result<Option<std::sync::Arc<agentledger::audit::note::S
     Ok(Some(std::sync::Arc::new(key)))
 }
 
+/// Where the fleet's seal key is: `--seal-key`, else `<data>/seal.key`.
+pub fn seal_key_path(cli: &Cli) -> PathBuf {
+    cli.seal_key
+        .clone()
+        .unwrap_or_else(|| cli.data.join("seal.key"))
+}
+
+/// The fleet's seal key, when there is one.
+fn seal_key(cli: &Cli) -> Result<Option<std::sync::Arc<agentledger::erasure::TaskKey>>> {
+    let path = seal_key_path(cli);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && cli.seal_key.is_none() => {
+            return Ok(None)
+        }
+        Err(e) => anyhow::bail!("reading the seal key {}: {e}", path.display()),
+    };
+    let key = agentledger::erasure::TaskKey::from_text(&text).with_context(|| {
+        format!(
+            "the seal key {} is not 64 hex digits (make one with `agentledger key generate --seal`)",
+            path.display()
+        )
+    })?;
+    Ok(Some(std::sync::Arc::new(key)))
+}
+
 pub fn options(cli: &Cli) -> Result<EngineOptions> {
     if let Some(mb) = cli.cache_mb {
         agentledger::views::set_cache_bytes(mb << 20);
     }
+    let seal_key = seal_key(cli)?;
     let mut o = EngineOptions {
         signer: signer(cli)?,
         seal_context: match cli.seal_context {
             SealContext::On => true,
             SealContext::Off => false,
-            SealContext::Auto => cli.kafka.is_none(),
+            SealContext::Auto => cli.kafka.is_none() || seal_key.is_some(),
         },
+        seal_key,
         context_ttl_ms: cli.context_ttl_secs.saturating_mul(1000),
         ledger: cli.ledger_id.clone(),
         ..EngineOptions::default()

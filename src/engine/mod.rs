@@ -53,6 +53,8 @@ pub struct Engine {
     agent_index: Option<(AgentIndex, u64)>,
     /// When the views last caught up with the whole log.
     caught_up_at: Option<std::time::Instant>,
+    /// When erasures of shared task keys were last looked for.
+    keys_synced_at: Option<std::time::Instant>,
     /// Checkpointing state: digests of our own records, marks read.
     attestation: crate::audit::attest::Attestation,
     /// Follow-ups of durable operations that failed (see `commit`).
@@ -97,7 +99,18 @@ impl Engine {
 
     /// The data dir's views and content store around a log, caught up.
     fn open_on(dd: DataDir, lock: File, log: Arc<dyn Log>, opts: EngineOptions) -> Result<Self> {
-        let keys = dd.key_store()?;
+        let shared_keys = opts.seal_key.as_ref().and_then(|k| {
+            crate::erasure::shared::SharedKeys::over(log.clone(), k.as_ref().clone())
+        });
+        let keys = Arc::new(
+            crate::erasure::KeyStore::open(dd.keys())
+                .map_err(crate::error::LedgerError::from)?
+                .with_shared(shared_keys),
+        );
+        // Copies of keys erased elsewhere go before anything is opened.
+        if keys.is_shared() {
+            keys.sync_erasures()?;
+        }
         let views = open::open_views(&dd, log.as_ref(), &keys)?;
         let share = crate::content_share::SharedContent::over(log.clone()).map(Arc::new);
         let store = ContentStore::open(dd.blobs())?.with_share(share);
@@ -137,6 +150,7 @@ impl Engine {
             keys: None,
             agent_index: None,
             caught_up_at: None,
+            keys_synced_at: None,
             attestation: Default::default(),
             follow_ups: Vec::new(),
             closed: 0,
@@ -270,7 +284,33 @@ impl Engine {
         let started = std::time::Instant::now();
         let applied = crate::projector::project_all(self.log.as_ref(), &self.views, progress)?;
         self.caught_up_at = Some(started);
+        self.sync_erased_keys();
         Ok(applied)
+    }
+
+    /// Drop this instance's copies of task keys another instance erased
+    /// (keys shared on Kafka): at most once a second, as part of catching
+    /// up, so an erasure anywhere takes effect everywhere within about a
+    /// second of any activity.
+    fn sync_erased_keys(&mut self) {
+        let Some(keys) = self.keys.as_ref().filter(|k| k.is_shared()) else {
+            return;
+        };
+        if self
+            .keys_synced_at
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.keys_synced_at = Some(std::time::Instant::now());
+        match keys.sync_erasures() {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                dropped = n,
+                "dropped the copies of task keys erased elsewhere"
+            ),
+            Err(e) => tracing::warn!("following the erasures of shared task keys: {e}"),
+        }
     }
 
     /// Catch up unless the views are younger than `max_staleness`; says

@@ -37,8 +37,13 @@ pub struct EngineOptions {
     pub signer: Option<std::sync::Arc<crate::audit::note::SignerKey>>,
     /// Seal each new task's context records with a key of its own (see
     /// `crate::erasure`). Keys live in the data dir of the instance that
-    /// opened the task.
+    /// opened the task; with [`EngineOptions::seal_key`] on Kafka, every
+    /// instance shares them.
     pub seal_context: bool,
+    /// The fleet's seal key (`<data>/seal.key`): on a log that keeps a
+    /// `keys` topic (Kafka), task keys are shared wrapped with it, so
+    /// context sealed by one instance opens on every instance holding it.
+    pub seal_key: Option<std::sync::Arc<crate::erasure::TaskKey>>,
     /// How long a task's key (and so its context) lives, in milliseconds.
     pub context_ttl_ms: u64,
     /// The ledger's name in what it publishes (CloudEvents `source`:
@@ -71,6 +76,7 @@ impl Default for EngineOptions {
             max_staleness: Duration::ZERO,
             signer: None,
             seal_context: true,
+            seal_key: None,
             context_ttl_ms: DEFAULT_CONTEXT_TTL_MS,
             ledger: None,
         }

@@ -58,6 +58,9 @@ pub enum KeyError {
     Damaged(String),
     #[error("no randomness for a task key")]
     Random,
+    /// The task keys shared through the log could not be read or written.
+    #[error("shared task keys: {0}")]
+    Shared(String),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -67,11 +70,14 @@ struct KeyFile {
     expires_at: u64,
 }
 
-/// The task keys of a data dir.
+/// The task keys of a data dir; on Kafka with a seal key, also the keys
+/// every instance shares through the log (`super::shared`), of which the
+/// data dir then keeps copies.
 pub struct KeyStore {
     dir: PathBuf,
     /// Keys read or made by this process (files are the truth).
     cache: Mutex<HashMap<String, Option<TaskKey>>>,
+    shared: Option<super::shared::SharedKeys>,
 }
 
 /// An expired key, for the sweep to erase.
@@ -88,14 +94,23 @@ impl KeyStore {
         Ok(KeyStore {
             dir,
             cache: Mutex::new(HashMap::new()),
+            shared: None,
         })
     }
 
+    /// Share the keys through the log as well.
+    pub fn with_shared(mut self, shared: Option<super::shared::SharedKeys>) -> Self {
+        self.shared = shared;
+        self
+    }
+
+    /// Whether keys are shared between instances.
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
     fn path(&self, task: &str) -> PathBuf {
-        self.dir.join(format!(
-            "{}.key",
-            hex::encode(Sha256::digest(task.as_bytes()))
-        ))
+        self.dir.join(format!("{}.key", tag(task)))
     }
 
     fn read(&self, task: &str) -> Result<Option<(TaskKey, u64)>, KeyError> {
@@ -133,15 +148,22 @@ impl KeyStore {
     /// The task's key, made (durably) if it has none; a later `expires_at`
     /// than the one held extends it.
     pub fn create(&self, task: &str, expires_at: u64) -> Result<TaskKey, KeyError> {
-        let key = match self.read(task)? {
+        let held = match self.read(task)? {
+            Some(k) => Some(k),
+            // Another instance may have made it: use the same key.
+            None => self.fetch_shared(task)?,
+        };
+        let key = match held {
             Some((key, held)) if held >= expires_at => key,
             Some((key, _)) => {
                 self.write(task, &key, expires_at)?;
+                self.publish(task, &key, expires_at)?;
                 key
             }
             None => {
                 let key = TaskKey::generate().map_err(|_| KeyError::Random)?;
                 self.write(task, &key, expires_at)?;
+                self.publish(task, &key, expires_at)?;
                 key
             }
         };
@@ -149,10 +171,61 @@ impl KeyStore {
         Ok(key)
     }
 
+    fn publish(&self, task: &str, key: &TaskKey, expires_at: u64) -> Result<(), KeyError> {
+        match &self.shared {
+            Some(s) => s.publish(&tag(task), task, key, expires_at),
+            None => Ok(()),
+        }
+    }
+
+    /// The key the shared topic holds for a task, kept here as a copy;
+    /// `None` when there is none (or it was erased, or does not unwrap).
+    fn fetch_shared(&self, task: &str) -> Result<Option<(TaskKey, u64)>, KeyError> {
+        let Some(s) = &self.shared else {
+            return Ok(None);
+        };
+        match s.fetch(&tag(task), task)? {
+            super::shared::Fetched::Held(key, expires_at) => {
+                self.write(task, &key, expires_at)?;
+                Ok(Some((key, expires_at)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Drop the copies of keys another instance erased since the last
+    /// call; how many were dropped.
+    pub fn sync_erasures(&self) -> Result<usize, KeyError> {
+        let Some(s) = &self.shared else {
+            return Ok(0);
+        };
+        let mut dropped = 0;
+        for t in s.newly_erased()? {
+            let path = self.dir.join(format!("{t}.key"));
+            match std::fs::remove_file(&path) {
+                Ok(()) => dropped += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&self.dir, e)),
+            }
+            if let Ok(mut c) = self.cache.lock() {
+                c.retain(|task, _| tag(task) != t);
+            }
+        }
+        if dropped > 0 {
+            std::fs::File::open(&self.dir)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| io(&self.dir, e))?;
+        }
+        Ok(dropped)
+    }
+
     /// Delete the task's key: everything sealed with it is erased. Says
     /// whether there was one.
     pub fn forget(&self, task: &str) -> Result<bool, KeyError> {
         self.remember(task, None);
+        if let Some(s) = &self.shared {
+            s.erase(&tag(task))?;
+        }
         match std::fs::remove_file(self.path(task)) {
             Ok(()) => {
                 std::fs::File::open(&self.dir)
@@ -186,6 +259,16 @@ impl KeyStore {
                 }
             }
         }
+        if let Some(s) = &self.shared {
+            for e in s.expired(now)? {
+                if !out.iter().any(|o| o.task == e.task) {
+                    out.push(Expired {
+                        task: e.task,
+                        expires_at: e.expires_at,
+                    });
+                }
+            }
+        }
         out.sort_by(|a, b| a.task.cmp(&b.task));
         Ok(out)
     }
@@ -203,7 +286,18 @@ impl TaskKeys for KeyStore {
             return k;
         }
         let key = match self.read(task) {
-            Ok(k) => k.map(|(k, _)| k),
+            Ok(Some((k, _))) => Some(k),
+            Ok(None) => match self.fetch_shared(task) {
+                Ok(Some((k, _))) => Some(k),
+                // Another instance may make it later: asked again then.
+                Ok(None) if self.shared.is_some() => return None,
+                Ok(None) => None,
+                Err(e) => {
+                    // Not remembered: the next look asks again.
+                    tracing::warn!("{e}");
+                    return None;
+                }
+            },
             Err(e) => {
                 tracing::warn!("{e}");
                 None
@@ -216,10 +310,23 @@ impl TaskKeys for KeyStore {
     fn status(&self, task: &str) -> KeyStatus {
         match self.read(task) {
             Ok(Some(_)) => KeyStatus::Held,
-            Ok(None) => KeyStatus::Missing,
+            Ok(None) => match &self.shared {
+                Some(s) => match s.fetch(&tag(task), task) {
+                    Ok(super::shared::Fetched::Held(..)) => KeyStatus::Held,
+                    Ok(super::shared::Fetched::Unopenable) => KeyStatus::Damaged,
+                    _ => KeyStatus::Missing,
+                },
+                None => KeyStatus::Missing,
+            },
             Err(_) => KeyStatus::Damaged,
         }
     }
+}
+
+/// A task's tag: the SHA-256 of its id, hex (names its key file and its
+/// record in the shared topic; the id itself never shows).
+pub fn tag(task: &str) -> String {
+    hex::encode(Sha256::digest(task.as_bytes()))
 }
 
 fn io(dir: &Path, source: std::io::Error) -> KeyError {

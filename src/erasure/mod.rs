@@ -11,10 +11,13 @@
 //! still pass, and the trail says "content erased at TIME".
 //!
 //! * [`seal`] — the AEAD, its associated data, and the sealed record body;
-//! * [`keys`] — the task keys on disk, with their expiry.
+//! * [`keys`] — the task keys on disk, with their expiry;
+//! * [`shared`] — the same keys shared between instances on Kafka,
+//!   wrapped with the fleet's seal key.
 
 pub mod keys;
 pub mod seal;
+pub mod shared;
 
 pub use keys::{KeyStatus, KeyStore, NoKeys, TaskKeys};
 pub use seal::{SealError, TaskKey};

@@ -31,6 +31,27 @@ impl TaskKey {
         Ok(TaskKey(k))
     }
 
+    /// A key as a file holds it: 64 hex digits (the fleet's seal key,
+    /// `<data>/seal.key`).
+    pub fn from_text(text: &str) -> Option<Self> {
+        let bytes: [u8; 32] = hex::decode(text.trim()).ok()?.try_into().ok()?;
+        Some(TaskKey(bytes))
+    }
+
+    /// The key as [`Self::from_text`] reads it.
+    pub fn to_text(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// A short name for the key that gives nothing of it away, so operators
+    /// can see that every instance holds the same one.
+    pub fn fingerprint(&self) -> String {
+        let d = <sha2::Sha256 as sha2::Digest>::digest(
+            [b"agentledger seal key ".as_slice(), &self.0].concat(),
+        );
+        hex::encode(&d[..8])
+    }
+
     fn aead(&self) -> Result<LessSafeKey, SealError> {
         let key = UnboundKey::new(&CHACHA20_POLY1305, &self.0).map_err(|_| SealError::Opens)?;
         Ok(LessSafeKey::new(key))

@@ -2,7 +2,8 @@
 //!
 //! Topics are `<prefix>ledger` (N partitions), `<prefix>registry` (1),
 //! `<prefix>published` (N), `<prefix>checkpoints` (1) and `<prefix>blobs`
-//! (N, compacted: the content instances share, `crate::content_share`).
+//! (N, compacted: the content instances share, `crate::content_share`) and
+//! `<prefix>keys` (1, compacted: task keys, wrapped, `crate::erasure::shared`).
 //! `connect` creates the missing ones explicitly with the AdminClient
 //! (infinite retention for everything but `published`, the configured
 //! replication factor and `min.insync.replicas`) and reads the partition
@@ -59,12 +60,13 @@ use std::time::{Duration, Instant};
 pub const MAX_RECORD_BYTES: usize = super::embedded::MAX_FRAME_BYTES;
 
 /// The topics this backend keeps: the ledger's, and the shared content.
-const KAFKA_TOPICS: [Topic; 5] = [
+const KAFKA_TOPICS: [Topic; 6] = [
     Topic::Ledger,
     Topic::Registry,
     Topic::Published,
     Topic::Checkpoints,
     Topic::Blobs,
+    Topic::Keys,
 ];
 
 /// Room for record-batch framing above [`MAX_RECORD_BYTES`], used for the
@@ -867,7 +869,7 @@ fn ensure_topics(
         if !exists(name) {
             let count = match topic {
                 Topic::Ledger | Topic::Published | Topic::Blobs => config.ledger_partitions,
-                Topic::Registry | Topic::Checkpoints => 1,
+                Topic::Registry | Topic::Checkpoints | Topic::Keys => 1,
             };
             wanted.push((topic, name, count.min(i32::MAX as u32) as i32));
         }
@@ -885,11 +887,17 @@ fn ensure_topics(
                 if *topic != Topic::Published {
                     nt = nt.set("retention.ms", "-1");
                 }
-                if *topic == Topic::Blobs {
-                    // A blob's records are keyed by digest (and chunk):
-                    // compaction keeps the latest publication of each and
-                    // removes what a tombstone ended.
-                    nt = nt.set("cleanup.policy", "compact");
+                if matches!(topic, Topic::Blobs | Topic::Keys) {
+                    // A blob's records are keyed by digest (and chunk), a
+                    // task key by its tag: compaction keeps the latest of
+                    // each and removes what a tombstone ended. Compaction
+                    // never touches the active segment, so segments roll
+                    // hourly: what was ended leaves the brokers within a
+                    // few hours, not the default week.
+                    nt = nt
+                        .set("cleanup.policy", "compact")
+                        .set("segment.ms", "3600000")
+                        .set("delete.retention.ms", "3600000");
                 }
                 if let Some(m) = &min_isr {
                     nt = nt.set("min.insync.replicas", m);
@@ -1042,9 +1050,9 @@ impl KafkaLog {
             let mut record = BaseRecord::with_opaque_to(name, pending)
                 .partition(self.partition_of(topic, key) as i32)
                 .key(key.as_slice());
-            // On the compacted blobs topic an empty payload is a tombstone
-            // (a null value); a chunk or manifest is never empty.
-            if !(topic == Topic::Blobs && payload.is_empty()) {
+            // On the compacted blobs and keys topics an empty payload is a
+            // tombstone (a null value); a chunk, manifest or key never is.
+            if !(matches!(topic, Topic::Blobs | Topic::Keys) && payload.is_empty()) {
                 record = record.payload(payload.as_slice());
             }
             if let Some(h) = headers.and_then(|h| h.get(index)) {
@@ -1389,7 +1397,7 @@ impl Log for KafkaLog {
 
     fn describe(&self) -> String {
         format!(
-            "Kafka at {} (topics {}ledger/registry/published/checkpoints/blobs, {} ledger partitions, replication factor {})",
+            "Kafka at {} (topics {}ledger/registry/published/checkpoints/blobs/keys, {} ledger partitions, replication factor {})",
             self.config.brokers,
             self.config.topic_prefix,
             self.partitions(Topic::Ledger),

@@ -34,6 +34,10 @@ pub enum Topic {
     /// not chained, not checkpointed, not projected; a backend without it
     /// (the embedded log) has no partitions of it.
     Blobs,
+    /// Task keys shared between instances, wrapped with the fleet's seal
+    /// key (see `crate::erasure::shared`): compacted, one partition, a
+    /// tombstone per key erased. Not one of the ledger's topics either.
+    Keys,
 }
 
 impl Topic {
@@ -51,6 +55,7 @@ impl Topic {
             Topic::Published => "published",
             Topic::Checkpoints => "checkpoints",
             Topic::Blobs => "blobs",
+            Topic::Keys => "keys",
         }
     }
 
@@ -61,6 +66,7 @@ impl Topic {
             Topic::Published => 2,
             Topic::Checkpoints => 3,
             Topic::Blobs => 4,
+            Topic::Keys => 5,
         }
     }
 }
