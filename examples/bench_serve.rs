@@ -7,7 +7,10 @@
 //! runs three times: with the server's session token over HTTP (the
 //! operator: no lookup, no policy), with an issued platform token over
 //! HTTP, and with it over HTTPS: the cost of authentication and of TLS.
-//! Run through `tools/bench-serve [SECONDS=5]`.
+//! Given a broker, the same loads run against `serve` on Kafka too, beside
+//! that run's baseline: raw rdkafka pipelined (idempotent, acks=all, every
+//! 400-byte record in flight at once, then flushed).
+//! Run through `tools/bench-serve [SECONDS=5]` (it starts a 1-node broker).
 
 #[path = "../tests/common/tls.rs"]
 #[allow(dead_code)]
@@ -128,6 +131,105 @@ fn certificate(dir: &std::path::Path) -> (Vec<u8>, server::TlsFiles) {
     (ca.pem().into_bytes(), files)
 }
 
+/// Raw rdkafka pipelined: `n` 400-byte records sent at once (idempotent,
+/// acks=all, as the ledger's producer), then flushed; records/s.
+fn raw_kafka_pipelined(brokers: &str, topic_prefix: &str, n: usize) -> f64 {
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    // A ledger topic laid out as the server's (partitions, replication)
+    // but of its own: raw bytes in the server's would not decode.
+    let log = agentledger::log::kafka::KafkaLog::connect(&kafka_config(
+        brokers,
+        &format!("{topic_prefix}raw."),
+    ))
+    .expect("connect to Kafka");
+    let topic = log.topic_name(agentledger::log::Topic::Ledger).to_string();
+    let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
+        rdkafka::config::ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "0")
+            .create()
+            .unwrap();
+    let payload = [7u8; 400];
+    let t = Instant::now();
+    for i in 0..n {
+        let key = format!("raw-{i}");
+        let mut rec = BaseRecord::to(&topic).key(&key).payload(&payload[..]);
+        loop {
+            match producer.send(rec) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    rec = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+    producer
+        .flush(rdkafka::util::Timeout::After(Duration::from_secs(120)))
+        .unwrap();
+    n as f64 / t.elapsed().as_secs_f64()
+}
+
+fn kafka_config(brokers: &str, topic_prefix: &str) -> agentledger::log::kafka::KafkaConfig {
+    agentledger::log::kafka::KafkaConfig {
+        topic_prefix: topic_prefix.to_string(),
+        ..agentledger::log::kafka::KafkaConfig::new(brokers)
+    }
+}
+
+/// The same loads through `serve` on Kafka, beside raw rdkafka pipelined.
+fn kafka_leg(dir: &std::path::Path, brokers: &str, secs: f64) {
+    let prefix = format!("bench-serve-{}.", std::process::id());
+    let open_dir = dir.join("data-kafka");
+    let config = kafka_config(brokers, &prefix);
+    let served = Served::start(
+        &open_dir.clone(),
+        Box::new(move || {
+            Engine::open_kafka(
+                &open_dir,
+                &config,
+                EngineOptions {
+                    max_staleness: Duration::from_millis(100),
+                    ..EngineOptions::default()
+                },
+            )
+        }),
+        HttpOptions::default(),
+    );
+    let http = client(&served.session, None);
+    let resp = http
+        .post(format!("{}/v1/ops", served.url))
+        .body(
+            json!({"op":"publish_agent","agent":"developer","scope":"acme/platform",
+            "emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]})
+            .to_string(),
+        )
+        .send()
+        .unwrap();
+    assert!(resp.status().is_success());
+    let raw = raw_kafka_pipelined(brokers, &prefix, 100_000);
+    println!("Kafka at {brokers}: raw rdkafka pipelined (400 B, acks=all): {raw:.0} records/s");
+    println!(
+        "{:>8} {:>16} {:>10} {:>9} {:>9} {:>14}",
+        "clients", "caller", "ops/s", "p50 ms", "p99 ms", "ratio to raw"
+    );
+    for clients in [1usize, 8, 64] {
+        let (rate, lat) = load(&served.url, &http, clients, secs, &format!("kafka{clients}"));
+        println!(
+            "{clients:>8} {:>16} {rate:>10.0} {:>9.2} {:>9.2} {:>14.2}",
+            "session/http",
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99),
+            rate / raw
+        );
+    }
+    let url = served.url.clone();
+    let ops = served.stop().ops;
+    println!("server on Kafka at {url} answered {ops} operations");
+}
+
 /// A server on its own data dir, on its own thread.
 fn start(data: &std::path::Path, tls: Option<server::TlsFiles>) -> Served {
     let open_dir = data.to_path_buf();
@@ -210,6 +312,9 @@ fn main() {
         let url = r.url.clone();
         let ops = r.stop().ops;
         println!("server at {url} answered {ops} operations");
+    }
+    if let Some(brokers) = std::env::args().nth(2) {
+        kafka_leg(&dir, &brokers, secs);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
