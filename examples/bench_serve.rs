@@ -216,7 +216,13 @@ fn kafka_leg(dir: &std::path::Path, brokers: &str, secs: f64) {
         "clients", "caller", "ops/s", "p50 ms", "p99 ms", "ratio to raw"
     );
     for clients in [1usize, 8, 64] {
-        let (rate, lat) = load(&served.url, &http, clients, secs, &format!("kafka{clients}"));
+        let (rate, lat) = load(
+            &served.url,
+            &http,
+            clients,
+            secs,
+            &format!("kafka{clients}"),
+        );
         println!(
             "{clients:>8} {:>16} {rate:>10.0} {:>9.2} {:>9.2} {:>14.2}",
             "session/http",

@@ -275,6 +275,19 @@ impl SharedContent {
     /// the manifest says (replaced by a newer publication, or compacted).
     fn read_chunks(&self, hex: &str, located: &Located) -> Result<Option<Vec<u8>>, LogError> {
         let chunks = &located.manifest.chunks;
+        let limit = crate::content_store::MAX_BLOB_BYTES;
+        // No blob the store accepts is larger: a manifest saying otherwise
+        // was not written by a ledger, and is never read into memory.
+        let too_large = |size: u64| {
+            LogError::Corrupt(format!(
+                "blob {hex}: its manifest in {}/{} names {size} bytes or more, over the limit of {limit} bytes",
+                Topic::Blobs,
+                located.partition
+            ))
+        };
+        if located.manifest.size > limit as u64 {
+            return Err(too_large(located.manifest.size));
+        }
         let Some(&last) = chunks.last() else {
             return Ok(Some(Vec::new()));
         };
@@ -299,6 +312,9 @@ impl SharedContent {
                 }
                 if r.key != chunk_key(hex, i) || r.payload.is_empty() {
                     return Ok(None);
+                }
+                if out.len() + r.payload.len() > limit {
+                    return Err(too_large((out.len() + r.payload.len()) as u64));
                 }
                 out.extend_from_slice(&r.payload);
                 i += 1;

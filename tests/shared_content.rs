@@ -135,6 +135,21 @@ fn an_artifact_stored_through_one_instance_is_read_through_another_and_a_tampere
             .contains("names chunks that are not there"),
         "{refused}"
     );
+    // A manifest claiming more than any blob may hold is refused before
+    // anything is read into memory.
+    let huge = json!({"v":1,"size":64u64 << 20,"chunks":[placed[0].1],"written_ms":1});
+    log.append(
+        Topic::Blobs,
+        &[(doc_hex.clone().into_bytes(), huge.to_string().into_bytes())],
+    )
+    .unwrap();
+    let refused = apply_value(
+        &mut c.engine,
+        &json!({"op":"read_artifact","run":reader,"name":"doc"}),
+    )
+    .unwrap_err();
+    assert_eq!(refused.code().as_str(), "content_unavailable", "{refused}");
+    assert!(refused.to_string().contains("over the limit"), "{refused}");
     let note_uri = format!("cas://sha256/{hex}");
     assert!(
         !c.engine.store().blob_path(&note_uri).unwrap().exists(),
