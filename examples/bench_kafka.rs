@@ -218,16 +218,10 @@ fn main() {
     // 3. Raw producer pipelined, every rep's bytes at once.
     let t = Instant::now();
     for (k, p) in &all {
-        let mut rec = BaseRecord::to(&topic).key(k).payload(p);
-        loop {
-            match producer.send(rec) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    rec = back;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-        }
+        support::send_queued(
+            &producer,
+            BaseRecord::to(&topic).key(&k[..]).payload(&p[..]),
+        );
     }
     producer
         .flush(Timeout::After(Duration::from_secs(60)))

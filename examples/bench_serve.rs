@@ -155,16 +155,12 @@ fn raw_kafka_pipelined(brokers: &str, topic_prefix: &str, n: usize) -> f64 {
     let t = Instant::now();
     for i in 0..n {
         let key = format!("raw-{i}");
-        let mut rec = BaseRecord::to(&topic).key(&key).payload(&payload[..]);
-        loop {
-            match producer.send(rec) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    rec = back;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-        }
+        support::send_queued(
+            &producer,
+            BaseRecord::to(&topic)
+                .key(key.as_bytes())
+                .payload(&payload[..]),
+        );
     }
     producer
         .flush(rdkafka::util::Timeout::After(Duration::from_secs(120)))

@@ -65,25 +65,6 @@ fn apply(dir: &Path, ops: &[Value], extra: &[&str]) -> Vec<Value> {
     answers
 }
 
-/// Every file under `dir` that holds `needle`, by path.
-fn holding(dir: &Path, needle: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if let Ok(bytes) = std::fs::read(&p) {
-                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                    found.push(p.display().to_string());
-                }
-            }
-        }
-    }
-    found
-}
-
 fn trail(dir: &Path, run: &str, json: bool) -> String {
     let mut args = vec!["trail", run];
     if json {
@@ -117,7 +98,7 @@ fn forgetting_a_task_erases_its_context_everywhere_and_verify_stays_clean() {
     assert!(before.contains(QUERY) && before.contains(SUBTASK) && before.contains(REASON));
     for secret in [QUERY, SUBTASK, REASON] {
         assert_eq!(
-            holding(dir, secret),
+            common::holding(dir, secret),
             Vec::<String>::new(),
             "{secret} at rest"
         );
@@ -153,7 +134,7 @@ fn forgetting_a_task_erases_its_context_everywhere_and_verify_stays_clean() {
     for secret in [QUERY, SUBTASK, REASON, BLOB] {
         assert!(!after.contains(secret), "{after}");
         assert!(!text.contains(secret));
-        assert_eq!(holding(dir, secret), Vec::<String>::new());
+        assert_eq!(common::holding(dir, secret), Vec::<String>::new());
     }
     // Its sealed blobs went with the key.
     let sealed = dir.join("blobs/sealed");
@@ -239,12 +220,12 @@ fn context_past_its_time_to_live_is_erased_by_gc_and_unsealed_tasks_say_they_can
     let text = trail(dir, "m1", false);
     assert!(text.contains("its time to live ran out"), "{text}");
     assert!(!trail(dir, "m1", true).contains(QUERY));
-    assert_eq!(holding(dir, QUERY), Vec::<String>::new());
+    assert_eq!(common::holding(dir, QUERY), Vec::<String>::new());
 
     // A task opened without sealing keeps its context in clear, and says
     // it cannot be erased rather than pretending to.
     apply(dir, &task_ops("t2", "m2"), &["--seal-context", "off"]);
-    assert!(!holding(dir, QUERY).is_empty());
+    assert!(!common::holding(dir, QUERY).is_empty());
     let (code, answers, _) = common::apply_answers(
         dir,
         &(json!({"op":"forget_task","task":"t2"}).to_string() + "\n"),

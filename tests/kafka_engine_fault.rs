@@ -14,7 +14,6 @@
 
 mod common;
 
-use agentledger::apply::apply_value;
 use agentledger::codec;
 use agentledger::engine::Engine;
 use agentledger::log::kafka::KafkaConfig;
@@ -22,31 +21,13 @@ use agentledger::log::Topic;
 use agentledger::projector::project_all;
 use agentledger::views::Views;
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 const RUNS: usize = 2_600; // 4 events each: open, close, listener open, dispatched
 const KILL_AT: usize = 700;
 const RESTART_AT: usize = 1_400;
-
-fn apply_retrying(engine: &mut Engine, op: Value, done_codes: &[&str]) {
-    let started = Instant::now();
-    loop {
-        match apply_value(engine, &op) {
-            Ok(_) => return,
-            Err(e) if done_codes.contains(&e.code().as_str()) => return,
-            Err(e) if e.code() == "log_error" || e.code() == "internal_error" => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(120),
-                    "{op} kept failing: {e}"
-                );
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => panic!("{op} refused: {e}"),
-        }
-    }
-}
 
 #[test]
 fn ten_thousand_events_through_the_engine_survive_a_broker_kill() {

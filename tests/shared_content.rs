@@ -15,7 +15,7 @@ use agentledger::log::{Log, Topic};
 use common::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Options as the CLI gives them on Kafka: context is not sealed (keys
 /// are not shared between instances).
@@ -47,6 +47,15 @@ fn body(tag: &str, len: usize) -> String {
     }
     s.truncate(len);
     s
+}
+
+/// A manifest filed in the topic as a writer with access to it would.
+fn file_manifest(log: &KafkaLog, hex: &str, manifest: &Value) {
+    log.append(
+        Topic::Blobs,
+        &[(hex.as_bytes().to_vec(), manifest.to_string().into_bytes())],
+    )
+    .unwrap();
 }
 
 fn sha_of(content: &str) -> [u8; 32] {
@@ -101,11 +110,7 @@ fn an_artifact_stored_through_one_instance_is_read_through_another_and_a_tampere
         )
         .unwrap();
     let manifest = json!({"v":1,"size":13,"chunks":[placed[0].1],"written_ms":1});
-    log.append(
-        Topic::Blobs,
-        &[(hex.clone().into_bytes(), manifest.to_string().into_bytes())],
-    )
-    .unwrap();
+    file_manifest(&log, &hex, &manifest);
     let mut c = instance(dc.path(), &k, fixed_clock_options());
     assert_eq!(
         c.refused(json!({"op":"read_artifact","run":reader,"name":"note"})),
@@ -138,11 +143,7 @@ fn an_artifact_stored_through_one_instance_is_read_through_another_and_a_tampere
     // A manifest claiming more than any blob may hold is refused before
     // anything is read into memory.
     let huge = json!({"v":1,"size":64u64 << 20,"chunks":[placed[0].1],"written_ms":1});
-    log.append(
-        Topic::Blobs,
-        &[(doc_hex.clone().into_bytes(), huge.to_string().into_bytes())],
-    )
-    .unwrap();
+    file_manifest(&log, &doc_hex, &huge);
     let refused = apply_value(
         &mut c.engine,
         &json!({"op":"read_artifact","run":reader,"name":"doc"}),
@@ -237,24 +238,6 @@ fn expired_content_is_refused_everywhere_and_leaves_every_cache_and_the_topic() 
     // A's live blob is still served to B after the sweeps.
     let got = b.ok(json!({"op":"get_blob","task":"t1","agent":"m1","uri":long_uri}));
     assert_eq!(got["content"], json!(long));
-}
-
-fn apply_retrying(engine: &mut Engine, op: Value, done_codes: &[&str]) {
-    let started = Instant::now();
-    loop {
-        match apply_value(engine, &op) {
-            Ok(_) => return,
-            Err(e) if done_codes.contains(&e.code().as_str()) => return,
-            Err(e) if e.code() == "log_error" || e.code() == "internal_error" => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(120),
-                    "{op} kept failing: {e}"
-                );
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => panic!("{op} refused: {e}"),
-        }
-    }
 }
 
 #[test]

@@ -61,25 +61,6 @@ impl Fleet {
     }
 }
 
-/// Every file under `dir` that holds `needle`.
-fn holding(dir: &Path, needle: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if let Ok(bytes) = std::fs::read(&p) {
-                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                    found.push(p.display().to_string());
-                }
-            }
-        }
-    }
-    found
-}
-
 #[test]
 fn context_sealed_on_one_instance_opens_on_another_and_forgetting_erases_it_everywhere() {
     let brokers = common::required_env(common::KAFKA_ENV);
@@ -129,7 +110,11 @@ fn context_sealed_on_one_instance_opens_on_another_and_forgetting_erases_it_ever
     // At rest nowhere in clear, on either instance.
     for secret in [QUERY, SUBTASK, BLOB] {
         for dir in [&a, &b] {
-            assert_eq!(holding(dir, secret), Vec::<String>::new(), "{secret}");
+            assert_eq!(
+                common::holding(dir, secret),
+                Vec::<String>::new(),
+                "{secret}"
+            );
         }
     }
     // The topic holds the key wrapped, never as the key file holds it.

@@ -102,3 +102,21 @@ pub fn rss_bytes() -> u64 {
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
         .map_or(0, |pages| pages * 4096)
 }
+
+/// Hand a record to a threaded rdkafka producer, waiting while its local
+/// queue is full (the pipelined baselines keep every record in flight).
+#[allow(dead_code)]
+pub fn send_queued<C: rdkafka::producer::ProducerContext<DeliveryOpaque = ()>>(
+    producer: &rdkafka::producer::ThreadedProducer<C>,
+    mut rec: rdkafka::producer::BaseRecord<'_, [u8], [u8], ()>,
+) {
+    loop {
+        match producer.send(rec) {
+            Ok(()) => return,
+            Err((_, back)) => {
+                rec = back;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+}

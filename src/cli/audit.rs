@@ -130,6 +130,16 @@ pub fn export(
     Ok(0)
 }
 
+/// A new key's file (mode 0600, its directory made private if new).
+fn write_key_file(path: &std::path::Path, text: &str) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        agentledger::private_files::create_dir_all(dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+    }
+    agentledger::private_files::write(path, format!("{text}\n"))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 /// `key generate` / `key show`.
 pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
     use agentledger::audit::note::{KeyKind, SignerKey};
@@ -156,12 +166,7 @@ pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
             }
             let key = agentledger::erasure::TaskKey::generate()
                 .map_err(|e| anyhow::anyhow!("randomness: {e}"))?;
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                agentledger::private_files::create_dir_all(dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
-            }
-            agentledger::private_files::write(&path, format!("{}\n", key.to_text()))
-                .with_context(|| format!("writing {}", path.display()))?;
+            write_key_file(&path, &key.to_text())?;
             eprintln!(
                 "agentledger: seal key written to {} (mode 0600; copy it to every instance of this ledger, keep it secret)",
                 path.display()
@@ -211,12 +216,7 @@ pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
             };
             let key = SignerKey::generate_kind(&name, kind)
                 .map_err(|e| anyhow::anyhow!("--name: {e}"))?;
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                agentledger::private_files::create_dir_all(dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
-            }
-            agentledger::private_files::write(&path, format!("{}\n", key.to_text()))
-                .with_context(|| format!("writing {}", path.display()))?;
+            write_key_file(&path, &key.to_text())?;
             eprintln!(
                 "agentledger: {} written to {} (mode 0600; keep it secret and backed up)",
                 what(*witness),

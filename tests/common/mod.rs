@@ -700,3 +700,42 @@ pub fn demo(dir: &Path) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Every file under `dir` that holds `needle`, by path.
+pub fn holding(dir: &Path, needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(p.display().to_string());
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Apply `op`, retrying while the log fails (a broker down), as a platform
+/// would; codes in `done_codes` mean an earlier attempt got through.
+pub fn apply_retrying(engine: &mut agentledger::engine::Engine, op: Value, done_codes: &[&str]) {
+    let started = std::time::Instant::now();
+    loop {
+        match agentledger::apply::apply_value(engine, &op) {
+            Ok(_) => return,
+            Err(e) if done_codes.contains(&e.code().as_str()) => return,
+            Err(e) if e.code() == "log_error" || e.code() == "internal_error" => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(120),
+                    "{op} kept failing: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("{op} refused: {e}"),
+        }
+    }
+}
