@@ -86,6 +86,23 @@ fn rebuild_while_serving(data: &std::path::Path, kafka: Option<&(String, String)
     let v: Value = r.json().unwrap();
     assert_eq!(v["error"]["code"], "forbidden", "{v}");
 
+    // A rebuild that cannot start says why, and nothing changes: here the
+    // place it builds in is taken by a file.
+    let blocker = data.join("views.b");
+    std::fs::write(&blocker, "not a directory").unwrap();
+    let (code, _, err) = cli_json(&data, None, &["rebuild"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("did not start the rebuild") && err.contains("views.b"),
+        "{err}"
+    );
+    std::fs::remove_file(&blocker).unwrap();
+    post_ok(
+        &url,
+        json!({"op":"open_run","run":"before","agent":"worker"}),
+    );
+    assert_eq!(DataDir::new(&data).views_name(), "views");
+
     // A writer and a reader keep going through the server meanwhile.
     let stop = Arc::new(AtomicBool::new(false));
     let written = Arc::new(AtomicUsize::new(0));
