@@ -111,7 +111,9 @@ fn rebuild_while_serving(data: &std::path::Path, kafka: Option<&(String, String)
         std::thread::spawn(move || {
             let c = http(&url);
             let mut i = 0;
+            let mut slowest = Duration::ZERO;
             while !stop.load(Ordering::SeqCst) {
+                let t = Instant::now();
                 let run = format!("w{i}");
                 for op in [
                     json!({"op":"open_run","run":run,"agent":"worker"}),
@@ -136,7 +138,9 @@ fn rebuild_while_serving(data: &std::path::Path, kafka: Option<&(String, String)
                 );
                 i += 1;
                 written.store(i, Ordering::SeqCst);
+                slowest = slowest.max(t.elapsed());
             }
+            slowest
         })
     };
     // Let the writer get going, then rebuild through the server.
@@ -148,14 +152,15 @@ fn rebuild_while_serving(data: &std::path::Path, kafka: Option<&(String, String)
     let (code, report, err) = cli_json(&data, None, &["rebuild"]);
     let during = written.load(Ordering::SeqCst) - before;
     stop.store(true, Ordering::SeqCst);
-    writer.join().expect("the writer saw every answer ok");
+    let slowest = writer.join().expect("the writer saw every answer ok");
     assert_eq!(code, 0, "rebuild through the server: {err}");
     assert_eq!(report["identical"], json!(true), "{report}");
     assert!(report["records"].as_u64().unwrap() >= events, "{report}");
     eprintln!(
-        "rebuild of {} records through the server: {:.2}s, {during} writes answered meanwhile",
+        "rebuild of {} records through the server: {:.2}s, {during} writes answered meanwhile, the slowest open+close+trail {:.0} ms",
         report["records"],
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        slowest.as_secs_f64() * 1000.0
     );
     assert!(
         during > 0,
