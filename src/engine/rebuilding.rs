@@ -117,12 +117,28 @@ impl Engine {
             }
         }
         fresh.flush()?;
-        let digest = fresh.digest()?;
-        let previous = if aligned {
-            Some(self.views.digest()?)
-        } else {
-            tracing::warn!("the log kept moving: the rebuilt views are not compared");
-            None
+        // Both digests at once: the pause the swap costs is one pass over
+        // the views, not two.
+        let live = &self.views;
+        let (digest, previous) = std::thread::scope(|s| {
+            let theirs = aligned.then(|| s.spawn(|| live.digest()));
+            let ours = fresh.digest();
+            let theirs = theirs.map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(crate::views::ViewError::Inconsistent(
+                        "digesting the live views panicked".into(),
+                    ))
+                })
+            });
+            (ours, theirs)
+        });
+        let digest = digest?;
+        let previous = match previous {
+            Some(d) => Some(d?),
+            None => {
+                tracing::warn!("the log kept moving: the rebuilt views are not compared");
+                None
+            }
         };
         let dd = self
             .data
