@@ -37,6 +37,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// the largest size the content store accepts is 32 chunks.
 pub const CHUNK_BYTES: usize = 512 * 1024;
 
+/// The most chunks a manifest may name: the largest blob the content
+/// store accepts, in chunks.
+const MAX_CHUNKS: usize = crate::content_store::MAX_BLOB_BYTES.div_ceil(CHUNK_BYTES);
+
 /// Records read per fetch when scanning or reading chunks (bounds memory:
 /// at most this many chunks in hand at once).
 const READ_BATCH: usize = 16;
@@ -238,6 +242,16 @@ impl SharedContent {
                         return ControlFlow::Continue(());
                     }
                     match serde_json::from_slice::<Manifest>(r.payload) {
+                        // More chunks than the largest blob is cut into:
+                        // not a ledger's, and not kept in memory.
+                        Ok(m) if m.chunks.len() > MAX_CHUNKS => {
+                            bad = Some(format!(
+                                "{}/{partition}@{}: {} chunks, more than {MAX_CHUNKS}",
+                                Topic::Blobs,
+                                r.offset,
+                                m.chunks.len()
+                            ))
+                        }
                         Ok(m) => found.push((sha, Some(m))),
                         // Not ours to serve; the digest check would refuse
                         // whatever it pointed to anyway.

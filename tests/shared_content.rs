@@ -151,6 +151,20 @@ fn an_artifact_stored_through_one_instance_is_read_through_another_and_a_tampere
     .unwrap_err();
     assert_eq!(refused.code().as_str(), "content_unavailable", "{refused}");
     assert!(refused.to_string().contains("over the limit"), "{refused}");
+    // So is one naming more chunks than any blob has: never indexed, the
+    // newest readable manifest stands.
+    let many: Vec<u64> = (0..100_000).collect();
+    file_manifest(
+        &log,
+        &doc_hex,
+        &json!({"v":1,"size":13,"chunks":many,"written_ms":1}),
+    );
+    let refused = apply_value(
+        &mut c.engine,
+        &json!({"op":"read_artifact","run":reader,"name":"doc"}),
+    )
+    .unwrap_err();
+    assert!(refused.to_string().contains("over the limit"), "{refused}");
     let note_uri = format!("cas://sha256/{hex}");
     assert!(
         !c.engine.store().blob_path(&note_uri).unwrap().exists(),
