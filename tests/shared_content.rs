@@ -252,6 +252,27 @@ fn expired_content_is_refused_everywhere_and_leaves_every_cache_and_the_topic() 
     // A's live blob is still served to B after the sweeps.
     let got = b.ok(json!({"op":"get_blob","task":"t1","agent":"m1","uri":long_uri}));
     assert_eq!(got["content"], json!(long));
+    // `gc` says what it did in the topic too (another instance's dir, on
+    // the real clock: the hour the test clock gave the long blob ended
+    // long ago, so it goes now).
+    let dc = tempfile::tempdir().unwrap();
+    let (code, out, err) = common::cli(
+        dc.path(),
+        &[
+            "--kafka",
+            &k.brokers,
+            "--topic-prefix",
+            &k.topic_prefix,
+            "--json",
+            "gc",
+            "--grace-secs",
+            "0",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let gc: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(gc["shared"], json!({"examined": 1, "removed": 1}), "{gc}");
+    assert_eq!(fresh.fetch(&sha_of(&long)).unwrap(), None);
 }
 
 #[test]
