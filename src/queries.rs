@@ -503,6 +503,15 @@ fn status(engine: &Engine, json: bool) -> Result<Said, LedgerError> {
     let sizes = views.sizes()?;
     let lag = |r: &Row| r.projected.map(|x| r.end - x.min(r.end));
     let rebuild = engine.rebuild_status();
+    // What the instances share through the log (Kafka): records kept in
+    // the blobs and keys topics, compaction's leftovers included.
+    let mut shared = Vec::new();
+    for topic in [Topic::Blobs, Topic::Keys] {
+        if log.partitions(topic) > 0 {
+            let ends = log.end_offsets(topic).map_err(LedgerError::Log)?;
+            shared.push((topic, ends.len(), ends.iter().sum::<u64>()));
+        }
+    }
     let mut out = String::new();
     if json {
         let mut answer = json!({"log": log.describe(),
@@ -512,6 +521,18 @@ fn status(engine: &Engine, json: bool) -> Result<Said, LedgerError> {
             "views": sizes.iter().map(|(n, c)| (n.to_string(), json!(c))).collect::<serde_json::Map<_, _>>()});
         if let Some(r) = &rebuild {
             answer["rebuild"] = json!(r);
+        }
+        if !shared.is_empty() {
+            answer["shared"] = shared
+                .iter()
+                .map(|(t, parts, records)| {
+                    (
+                        t.name().to_string(),
+                        json!({"partitions": parts, "records": records}),
+                    )
+                })
+                .collect::<serde_json::Map<_, _>>()
+                .into();
         }
         line!(out, "{answer}");
     } else {
@@ -550,6 +571,19 @@ fn status(engine: &Engine, json: bool) -> Result<Said, LedgerError> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        if !shared.is_empty() {
+            line!(
+                out,
+                "shared through the log: {}",
+                shared
+                    .iter()
+                    .map(|(t, parts, records)| format!(
+                        "{t} {records} records in {parts} partitions"
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if let Some(r) = &rebuild {
             line!(out, "{}", rebuild_line(r));
         }

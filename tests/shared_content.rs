@@ -272,6 +272,25 @@ fn expired_content_is_refused_everywhere_and_leaves_every_cache_and_the_topic() 
     assert_eq!(code, 0, "{err}");
     let gc: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(gc["shared"], json!({"examined": 1, "removed": 1}), "{gc}");
+    // `status` shows what the instances share.
+    let (code, out, err) = common::cli(
+        dc.path(),
+        &[
+            "--kafka",
+            &k.brokers,
+            "--topic-prefix",
+            &k.topic_prefix,
+            "--json",
+            "status",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let st: Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(
+        st["shared"]["blobs"]["records"].as_u64().unwrap() >= 6,
+        "{st}"
+    );
+    assert_eq!(st["shared"]["keys"]["partitions"], 1, "{st}");
     assert_eq!(fresh.fetch(&sha_of(&long)).unwrap(), None);
 }
 
