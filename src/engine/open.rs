@@ -257,3 +257,26 @@ fn check_and_catch_up(views: &Views, log: &dyn Log) -> std::result::Result<(), D
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_views_pointer_names_only_the_two_view_directories() {
+        let d = tempfile::tempdir().unwrap();
+        let dd = DataDir::new(d.path());
+        assert_eq!(dd.views_name(), "views");
+        assert_eq!(dd.views_beside().0, "views.b");
+        dd.point_views_at("views.b").unwrap();
+        assert_eq!(dd.views(), d.path().join("views.b"));
+        assert_eq!(dd.views_beside().0, "views");
+        // Whatever else the file says, the views stay inside the data dir.
+        for hostile in ["../../etc", "/tmp", "views.b/../../x", "", "views.c"] {
+            std::fs::write(d.path().join("views.current"), hostile).unwrap();
+            assert_eq!(dd.views_name(), "views", "{hostile:?}");
+        }
+        std::fs::write(d.path().join("views.current"), "views.b\n").unwrap();
+        assert_eq!(dd.views_name(), "views.b");
+    }
+}
