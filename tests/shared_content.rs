@@ -49,6 +49,22 @@ fn body(tag: &str, len: usize) -> String {
     s
 }
 
+/// `agentledger --json ARGS…` on `dir` against the test's topics: its
+/// JSON answer (it must succeed).
+fn cli_json_on(dir: &std::path::Path, k: &KafkaConfig, args: &[&str]) -> Value {
+    let mut all = vec![
+        "--kafka",
+        k.brokers.as_str(),
+        "--topic-prefix",
+        k.topic_prefix.as_str(),
+        "--json",
+    ];
+    all.extend_from_slice(args);
+    let (code, out, err) = common::cli(dir, &all);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    serde_json::from_str(out.trim()).unwrap()
+}
+
 /// A manifest filed in the topic as a writer with access to it would.
 fn file_manifest(log: &KafkaLog, hex: &str, manifest: &Value) {
     log.append(
@@ -256,36 +272,10 @@ fn expired_content_is_refused_everywhere_and_leaves_every_cache_and_the_topic() 
     // the real clock: the hour the test clock gave the long blob ended
     // long ago, so it goes now).
     let dc = tempfile::tempdir().unwrap();
-    let (code, out, err) = common::cli(
-        dc.path(),
-        &[
-            "--kafka",
-            &k.brokers,
-            "--topic-prefix",
-            &k.topic_prefix,
-            "--json",
-            "gc",
-            "--grace-secs",
-            "0",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let gc: Value = serde_json::from_str(out.trim()).unwrap();
+    let gc = cli_json_on(dc.path(), &k, &["gc", "--grace-secs", "0"]);
     assert_eq!(gc["shared"], json!({"examined": 1, "removed": 1}), "{gc}");
     // `status` shows what the instances share.
-    let (code, out, err) = common::cli(
-        dc.path(),
-        &[
-            "--kafka",
-            &k.brokers,
-            "--topic-prefix",
-            &k.topic_prefix,
-            "--json",
-            "status",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let st: Value = serde_json::from_str(out.trim()).unwrap();
+    let st = cli_json_on(dc.path(), &k, &["status"]);
     assert!(
         st["shared"]["blobs"]["records"].as_u64().unwrap() >= 6,
         "{st}"
