@@ -113,6 +113,15 @@ pub struct SharedContent {
     index: Mutex<Index>,
 }
 
+/// Bytes published less than this long ago are not published again: the
+/// same artifact sent by many operations in a burst costs one round trip
+/// to the brokers, not one each. Safe because a sweep leaves every blob
+/// alone for its grace period after its manifest was written (ten minutes by
+/// default), far longer than it takes the ledger record naming the bytes
+/// to land; a sweep with a grace shorter than this second races with any
+/// fresh publication anyway.
+pub const REPUBLISH_AFTER_MS: u64 = 1_000;
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -142,7 +151,8 @@ impl SharedContent {
     /// Make `bytes` (whose sha256 is `sha256`) durable in the topic: the
     /// chunks, then the manifest naming them. Publishing the same bytes
     /// again writes them again (compaction keeps the newest) and restarts
-    /// their grace period.
+    /// their grace period — unless this instance saw them published less
+    /// than [`REPUBLISH_AFTER_MS`] ago (see there).
     pub fn publish(&self, sha256: &[u8; 32], bytes: &[u8]) -> Result<(), LogError> {
         self.publish_as(sha256, bytes, None)
     }
@@ -156,6 +166,9 @@ impl SharedContent {
         sealed_for: Option<&[u8; 32]>,
     ) -> Result<(), LogError> {
         let sha256 = id;
+        if sealed_for.is_none() && self.published_just_now(sha256, bytes.len()) {
+            return Ok(());
+        }
         let hex = hex::encode(sha256);
         let chunks: Vec<(Vec<u8>, Vec<u8>)> = bytes
             .chunks(CHUNK_BYTES)
@@ -193,6 +206,18 @@ impl SharedContent {
             },
         );
         Ok(())
+    }
+
+    /// Whether plain bytes of this digest and size were published (by any
+    /// instance, as far as this one has seen) so recently that no sweep
+    /// can have ended them.
+    fn published_just_now(&self, sha256: &[u8; 32], size: usize) -> bool {
+        let now = now_ms();
+        self.index().blobs.get(sha256).is_some_and(|l| {
+            l.manifest.sealed_for.is_none()
+                && l.manifest.size == size as u64
+                && now.saturating_sub(l.manifest.written_ms) < REPUBLISH_AFTER_MS
+        })
     }
 
     /// The bytes the newest manifest of this digest names, unchecked (the

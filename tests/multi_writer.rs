@@ -71,6 +71,58 @@ fn race(a: &mut Engine, b: &mut Engine) {
     );
 }
 
+/// A commit group decided on views that had not seen another writer's
+/// run: the operation that lost the race is answered `conflict`, the rest
+/// of the group is answered as the log decided it (on Kafka the group's
+/// records were projected ahead of their acknowledgements, at offsets the
+/// other writer's record took), and the views equal the log projected
+/// afresh. Kafka only: the embedded log's data dir has one writer (it is
+/// locked), so no other record can land inside one of its groups.
+fn a_group_that_lost_a_race(
+    a: &mut Engine,
+    b: &mut Engine,
+    log: &dyn agentledger::log::Log,
+    dir: &std::path::Path,
+) {
+    ok(
+        a,
+        json!({"op":"publish_agent","agent":"worker","scope":"acme/platform","listens":[],"emits":[]}),
+    );
+    b.catch_up(&|_| {}).unwrap();
+    ok(b, json!({"op":"open_run","run":"x","agent":"worker"}));
+    let operator = agentledger::auth::Grant::operator();
+    let ops = [
+        json!({"op":"open_run","run":"x","agent":"worker"}),
+        json!({"op":"close_run","run":"x","status":"failed"}),
+        json!({"op":"open_run","run":"z","agent":"worker"}),
+    ];
+    let lines = ops.iter().map(|v| {
+        (
+            &operator,
+            Ok::<Value, _>(v.clone()) as agentledger::protocol::Line,
+        )
+    });
+    let done = agentledger::protocol::reply_group(a, lines, None::<fn(&mut Engine)>);
+    done.durable.unwrap();
+    let codes: Vec<String> = done
+        .answered
+        .iter()
+        .map(|a| match &a.reply {
+            agentledger::protocol::Reply::Done(_) => "ok".into(),
+            agentledger::protocol::Reply::Failed(f) => f.error.code.to_string(),
+        })
+        .collect();
+    // A's open lost; its close, decided after it, closed the run B opened.
+    assert_eq!(codes, ["conflict", "ok", "ok"]);
+    a.catch_up(&|_| {}).unwrap();
+    b.catch_up(&|_| {}).unwrap();
+    assert_eq!(a.trail("x", false).unwrap(), b.trail("x", false).unwrap());
+    assert!(!a.views().run("x").unwrap().unwrap().is_open());
+    let fresh = Views::open(dir.join("fresh")).unwrap();
+    agentledger::projector::project_all(log, &fresh, &|_| {}).unwrap();
+    assert_eq!(fresh.digest().unwrap(), a.views().digest().unwrap());
+}
+
 /// The loop search sees every version the log holds, another writer's
 /// too: B's index was built before A published `tester`.
 fn loops_through_another_writers_publish(a: &mut Engine, b: &mut Engine) {
@@ -159,4 +211,13 @@ fn kafka_two_writers_conflict_and_catch_up() {
     let d = tempfile::tempdir().unwrap();
     let (mut a, mut b) = two_on_kafka(d.path(), "multi");
     race(&mut a, &mut b);
+}
+
+#[test]
+fn kafka_a_pipelined_group_that_lost_a_race_answers_conflict_for_what_it_lost() {
+    let d = tempfile::tempdir().unwrap();
+    let (mut a, mut b) = two_on_kafka(d.path(), "group-race");
+    let log = a.log().clone();
+    assert!(log.pipelines_groups());
+    a_group_that_lost_a_race(&mut a, &mut b, log.as_ref(), d.path());
 }

@@ -333,3 +333,34 @@ fn a_broker_killed_mid_upload_loses_no_acknowledged_blob() {
         assert!(got == doc.as_bytes(), "{uri}: bytes differ");
     }
 }
+
+/// The same artifact sent by many operations in a burst is published once
+/// (one round trip, not one per operation); once the burst is over, a
+/// publication writes the bytes again and restarts their grace period.
+#[test]
+fn the_same_bytes_put_in_a_burst_are_published_once() {
+    let k = config("shared-burst");
+    let log: Arc<dyn Log> = Arc::new(KafkaLog::connect(&k).unwrap());
+    let share = SharedContent::over(log.clone()).unwrap();
+    let records = || -> u64 { log.end_offsets(Topic::Blobs).unwrap().iter().sum() };
+    let bytes = b"the same patch, closed by many runs".to_vec();
+    let sha = sha_of(std::str::from_utf8(&bytes).unwrap());
+    let before = records();
+    share.publish(&sha, &bytes).unwrap();
+    assert_eq!(records() - before, 2, "one chunk and its manifest");
+    for _ in 0..10 {
+        share.publish(&sha, &bytes).unwrap();
+    }
+    assert_eq!(records() - before, 2, "published again within the burst");
+    // Other bytes are not taken for these.
+    let other = b"another patch".to_vec();
+    share
+        .publish(&sha_of(std::str::from_utf8(&other).unwrap()), &other)
+        .unwrap();
+    assert_eq!(records() - before, 4);
+    std::thread::sleep(Duration::from_millis(
+        agentledger::content_share::REPUBLISH_AFTER_MS + 100,
+    ));
+    share.publish(&sha, &bytes).unwrap();
+    assert_eq!(records() - before, 6, "after the burst: written again");
+}

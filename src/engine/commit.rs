@@ -3,7 +3,7 @@
 //! landed first (ahead of the acknowledgement on Kafka), else from the log,
 //! answering `conflict` when another writer decided the same step first.
 
-use super::{Decided, Engine};
+use super::{Decided, Engine, GroupEnd};
 use crate::audit::checkpoint::CHAINED_TOPICS;
 use crate::audit::recent::RecentDigests;
 use crate::codec;
@@ -56,6 +56,9 @@ impl Engine {
                     other => other.into(),
                 })?;
             encoded.push(bytes);
+        }
+        if self.pipeline.is_some() {
+            return self.commit_in_flight(pending, encoded);
         }
         // Per topic: indexes into `pending`, and the (key, bytes) to append.
         type TopicBatch = (Topic, Vec<usize>, Vec<(Vec<u8>, Vec<u8>)>);
@@ -142,24 +145,39 @@ impl Engine {
     /// written. Nothing decided in a group may be answered before
     /// `end_group` returns ok. Only operations may run inside a group:
     /// reads of the log (trails, exports) see only what is durable.
+    ///
+    /// On a log that pipelines groups (Kafka) the records are handed over
+    /// without waiting and projected where they are expected to land; the
+    /// group's end checks that they did (see `pipeline`).
     pub fn begin_group(&mut self) {
         self.grouping = true;
-        self.log.begin_group();
+        if self.log.pipelines_groups() {
+            self.start_pipeline();
+        } else {
+            self.log.begin_group();
+        }
     }
 
     /// Make the group durable; then write the checkpoints it made due. An
     /// error means no operation of the group may be answered ok (their
     /// records may or may not be in the log; the views are set straight
-    /// from the log when the engine is next opened).
-    pub fn end_group(&mut self) -> Result<()> {
+    /// from the log when the engine is next opened). Ok says which
+    /// operations must be answered otherwise than they were decided
+    /// (pipelined groups: see `pipeline`).
+    pub fn end_group(&mut self) -> Result<GroupEnd> {
         self.grouping = false;
-        self.log.end_group()?;
+        let end = if self.pipeline.is_some() {
+            self.finish_pipeline()
+        } else {
+            self.log.end_group()?;
+            GroupEnd::default()
+        };
         if let Err(e) = self.checkpoint(false) {
             tracing::warn!(
                 "writing due checkpoints after a group (retried by the next operation and by `serve`): {e}"
             );
         }
-        Ok(())
+        Ok(end)
     }
 
     /// A follow-up of a durable operation failed: keep it for the answer.
@@ -234,7 +252,7 @@ impl Engine {
     /// After projecting records of other writers that came before ours:
     /// fail the operation if one of ours was kept out as a second decision
     /// for something another writer had already decided.
-    fn check_landed(&self, p: &Decided, partition: u32, offset: u64) -> Result<()> {
+    pub(super) fn check_landed(&self, p: &Decided, partition: u32, offset: u64) -> Result<()> {
         let conflict = |what: String| -> LedgerError {
             Refusal::new(Code::Conflict,
                 format!(

@@ -19,6 +19,12 @@ use crate::model::*;
 use crate::published::{CloudEvent, Publisher};
 use crate::rules::decide::{self, ListenerOutcome};
 
+/// Records of the `published` topic (key, CloudEvent JSON) and their headers.
+type PublishedRecords = (Vec<(Vec<u8>, Vec<u8>)>, Vec<crate::log::Headers>);
+
+/// Most runs per partition whose events `publish_ahead` publishes at once.
+const PUBLISH_AHEAD: usize = 1024;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenedListener {
     pub run: String,
@@ -69,7 +75,11 @@ impl Engine {
     /// Dispatch only the ledger partitions this instance owns: with several
     /// instances, each chain (one partition) is dispatched by exactly one.
     pub fn dispatch_partitions(&mut self, owned: &dyn Fn(u32) -> bool) -> Result<DispatchAnswer> {
+        // Events go out only for closes the log has acknowledged: inside a
+        // pipelined group, settle the group so far first.
+        self.settle_in_flight();
         let mut answer = DispatchAnswer::default();
+        let published = self.publish_ahead(owned)?;
         loop {
             let mut progressed = false;
             for p in (0..self.log.partitions(Topic::Ledger)).filter(|p| owned(*p)) {
@@ -81,7 +91,8 @@ impl Engine {
                         self.catch_up(&|_| {})?;
                         continue;
                     }
-                    self.dispatch_one(p, offset, &run_id, &mut answer)?;
+                    let ahead = published.contains(&run_id);
+                    self.dispatch_one(p, offset, &run_id, ahead, &mut answer)?;
                     answer.dispatched_runs += 1;
                     progressed = true;
                 }
@@ -96,18 +107,87 @@ impl Engine {
         Ok(answer)
     }
 
+    /// Inside a pipelined group (Kafka), publish the events of every run
+    /// waiting to be dispatched at once, with one round trip for all of
+    /// them, instead of one per run in `dispatch_one`: returns the runs
+    /// whose events are now durable on the `published` topic. A run
+    /// missing from it is published by `dispatch_one` as usual (its
+    /// events at least once, as after a crash).
+    fn publish_ahead(
+        &mut self,
+        owned: &dyn Fn(u32) -> bool,
+    ) -> Result<std::collections::HashSet<String>> {
+        let mut done = std::collections::HashSet::new();
+        if self.pipeline.is_none() {
+            return Ok(done);
+        }
+        let now = self.now_ms();
+        let mut appending = Vec::new();
+        for p in (0..self.log.partitions(Topic::Ledger)).filter(|p| owned(*p)) {
+            for (_, run_id) in self.views.finished_from(p, PUBLISH_AHEAD)? {
+                let run = self.existing_run(&run_id)?;
+                let (recs, headers) = self.published_records(&run, now);
+                if recs.is_empty() {
+                    continue;
+                }
+                appending.push((
+                    run_id,
+                    self.log
+                        .append_begin_with_headers(Topic::Published, &recs, &headers)?,
+                ));
+            }
+        }
+        for (run_id, a) in appending {
+            match a.wait() {
+                Ok(_) => {
+                    done.insert(run_id);
+                }
+                Err(e) => {
+                    tracing::warn!(run = %run_id, "publishing a run's events ahead of its dispatch (published again by the dispatch): {e}")
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// A run's dispatchable events as records of the `published` topic,
+    /// with their CloudEvents headers.
+    fn published_records(&self, run: &crate::model::Run, now: u64) -> PublishedRecords {
+        let (events, _) = crate::rules::chain::dispatchable(run);
+        let key = ids::chain_key(run.root.as_deref(), &run.run);
+        let by = Publisher {
+            ledger: self.opts.ledger_name(),
+            run: &run.run,
+            agent: &run.agent,
+            version: run.version,
+            root: key,
+            hop: run.hop.unwrap_or(0),
+        };
+        let mut recs = Vec::with_capacity(events.len());
+        let mut headers = Vec::with_capacity(events.len());
+        for ev in &events {
+            let e = CloudEvent::of(&by, ev, now);
+            headers.push(e.kafka_headers());
+            recs.push((
+                key.as_bytes().to_vec(),
+                serde_json::to_vec(&e).unwrap_or_default(),
+            ));
+        }
+        (recs, headers)
+    }
+
     fn dispatch_one(
         &mut self,
         partition: u32,
         offset: u64,
         run_id: &str,
+        published_ahead: bool,
         answer: &mut DispatchAnswer,
     ) -> Result<()> {
         let run = self.existing_run(run_id)?;
         let mut pending = Vec::new();
         let mut next_step = run.next_step;
         let mut opened_ids = Vec::new();
-        let mut published_json_recs = Vec::new();
 
         let (events, withheld) = crate::rules::chain::dispatchable(&run);
         if let Some(w) = withheld {
@@ -120,28 +200,12 @@ impl Engine {
             });
         }
 
-        let now = self.now_ms();
-        let key = ids::chain_key(run.root.as_deref(), &run.run);
-        let by = Publisher {
-            ledger: self.opts.ledger_name(),
-            run: &run.run,
-            agent: &run.agent,
-            version: run.version,
-            root: key,
-            hop: run.hop.unwrap_or(0),
-        };
-        let mut headers = Vec::new();
-        for ev in &events {
-            let e = CloudEvent::of(&by, ev, now);
-            headers.push(e.kafka_headers());
-            published_json_recs.push((
-                key.as_bytes().to_vec(),
-                serde_json::to_vec(&e).unwrap_or_default(),
-            ));
-        }
-        if !published_json_recs.is_empty() {
-            self.log
-                .append_with_headers(Topic::Published, &published_json_recs, &headers)?;
+        if !published_ahead {
+            let (recs, headers) = self.published_records(&run, self.now_ms());
+            if !recs.is_empty() {
+                self.log
+                    .append_with_headers(Topic::Published, &recs, &headers)?;
+            }
         }
         let mut run = run;
         for ev in &events {

@@ -12,6 +12,7 @@ mod context;
 mod dispatcher;
 mod open;
 mod options;
+mod pipeline;
 mod rebuilding;
 mod registry;
 mod runs;
@@ -22,6 +23,7 @@ pub use dispatcher::{DispatchAnswer, OpenedListener, RefusedListener, WithheldRu
 pub(crate) use open::guarded;
 pub use open::DataDir;
 pub use options::{system_clock, Clock, EngineOptions, DEFAULT_CONTEXT_TTL_MS};
+pub use pipeline::GroupEnd;
 pub use registry::{PublishAgent, PublishAnswer};
 pub use runs::{CloseAnswer, CloseRun, OpenAnswer, ReadAnswer};
 
@@ -61,6 +63,8 @@ pub struct Engine {
     follow_ups: Vec<String>,
     /// Inside a commit group (see `Engine::begin_group`).
     grouping: bool,
+    /// The group's appends in flight, on a log that pipelines groups.
+    pipeline: Option<pipeline::Pipeline>,
     /// Whose requests the engine is carrying out: recorded on every record
     /// it writes (`operator` unless told otherwise).
     principal: String,
@@ -155,6 +159,7 @@ impl Engine {
             follow_ups: Vec::new(),
             closed: 0,
             grouping: false,
+            pipeline: None,
             principal: crate::codec::V1_PRINCIPAL.to_string(),
             data: None,
             rebuild: Default::default(),
@@ -281,8 +286,25 @@ impl Engine {
     /// Project every record the views have not applied yet. Registry first,
     /// so a run's version is always known by the time its records arrive.
     pub fn catch_up(&mut self, progress: &dyn Fn(u64)) -> Result<u64> {
+        // Inside a pipelined group the views hold records not yet
+        // acknowledged: caught up since the group began is caught up
+        // enough; otherwise settle what is in flight first, so the log is
+        // read only where the views are known to agree with it.
+        let pipelined = match self.caught_up_in_pipeline() {
+            Some(true) => return Ok(0),
+            Some(false) => {
+                self.settle_in_flight();
+                self.views.release_held();
+                true
+            }
+            None => false,
+        };
         let started = std::time::Instant::now();
-        let applied = crate::projector::project_all(self.log.as_ref(), &self.views, progress)?;
+        let applied = crate::projector::project_all(self.log.as_ref(), &self.views, progress);
+        if pipelined {
+            self.views.hold();
+        }
+        let applied = applied?;
         self.caught_up_at = Some(started);
         self.sync_erased_keys();
         Ok(applied)

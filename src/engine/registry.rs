@@ -65,7 +65,10 @@ impl Engine {
     pub fn publish_agent(&mut self, req: PublishAgent) -> Result<PublishAnswer> {
         // Publishing is rare and both the version number and the loop
         // search depend on every version published so far, another
-        // writer's included: decide on the whole registry.
+        // writer's included: decide on the whole registry. Inside a
+        // pipelined group, versions published before this one in the group
+        // must be in the log before the index reads it.
+        self.settle_in_flight();
         self.catch_up(&|_| {})?;
         self.agent_index()?;
         let index = match &self.agent_index {

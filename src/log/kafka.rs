@@ -427,7 +427,7 @@ pub struct KafkaLog {
     /// Metadata and watermark queries (never blocked behind a read).
     admin: AdminClient<Ctx>,
     /// Replaced when librdkafka reports a fatal (idempotence) error.
-    producer: RwLock<Arc<Appender>>,
+    producer: Arc<Producers>,
     /// One consumer per partition read, each staying assigned where its
     /// last read ended: re-assigning one shared consumer on every switch of
     /// partition restarts its fetcher and costs a round of fetch waits.
@@ -622,11 +622,47 @@ fn probe(
     }
 }
 
+/// The producer every append goes through, and the way to replace it.
+struct Producers {
+    config: KafkaConfig,
+    current: RwLock<Arc<Appender>>,
+}
+
+impl Producers {
+    fn current(&self) -> Arc<Appender> {
+        match self.current.read() {
+            Ok(p) => p.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// After a failed append: an idempotent producer that hit a fatal error
+    /// (e.g. an unrecoverable sequence gap) refuses everything after; start
+    /// a fresh one so later appends can succeed.
+    fn replace_if_fatal(&self, failed: &Arc<Appender>) {
+        let Some((code, reason)) = failed.producer.client().fatal_error() else {
+            return;
+        };
+        let mut slot = match self.current.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if !Arc::ptr_eq(&slot, failed) {
+            return; // another appender replaced it already
+        }
+        tracing::error!(%code, %reason, "the Kafka producer hit a fatal error; starting a new one");
+        match Appender::new(&self.config) {
+            Ok(p) => *slot = Arc::new(p),
+            Err(e) => tracing::error!("cannot create a new Kafka producer: {e}"),
+        }
+    }
+}
+
 /// An append whose records are with librdkafka, awaiting their delivery
 /// reports.
-struct KafkaAppending<'a> {
-    log: &'a KafkaLog,
-    name: &'a str,
+struct KafkaAppending {
+    producers: Arc<Producers>,
+    name: String,
     producer: Arc<Appender>,
     batch: Arc<Batch>,
     records: usize,
@@ -634,14 +670,15 @@ struct KafkaAppending<'a> {
     enqueue_error: Option<String>,
 }
 
-impl super::Appending for KafkaAppending<'_> {
+impl super::Appending for KafkaAppending {
     fn wait(self: Box<Self>) -> Result<Vec<(u32, u64)>, LogError> {
         // Every enqueued record gets a delivery report within
         // message.timeout.ms of its enqueueing, except that a record already
         // in flight is only failed when its request times out
         // (request.timeout.ms, at most the timeout too): so at worst twice
         // the timeout, plus a margin.
-        let wait_deadline = Instant::now() + self.log.config.timeout * 2 + Duration::from_secs(5);
+        let timeout = self.producers.config.timeout;
+        let wait_deadline = Instant::now() + timeout * 2 + Duration::from_secs(5);
         let results = self
             .producer
             .wait(&self.batch, self.enqueued, wait_deadline);
@@ -660,10 +697,7 @@ impl super::Appending for KafkaAppending<'_> {
                     failed += 1;
                     if i < self.enqueued {
                         first_error.get_or_insert_with(|| {
-                            format!(
-                                "record {i}: no delivery report within {}",
-                                human(self.log.config.timeout)
-                            )
+                            format!("record {i}: no delivery report within {}", human(timeout))
                         });
                     }
                 }
@@ -672,7 +706,7 @@ impl super::Appending for KafkaAppending<'_> {
         if failed == 0 && first_error.is_none() {
             return Ok(out);
         }
-        self.log.replace_producer_if_fatal(&self.producer);
+        self.producers.replace_if_fatal(&self.producer);
         tracing::warn!(
             topic = %self.name,
             failed,
@@ -682,7 +716,7 @@ impl super::Appending for KafkaAppending<'_> {
         Err(LogError::Unavailable(format!(
                 "append to {} on Kafka at {}: {failed} of {} records not acknowledged (the call may be retried): {}",
                 self.name,
-                self.log.config.brokers,
+                self.producers.config.brokers,
                 self.records,
                 first_error.unwrap_or_default()
             )))
@@ -742,7 +776,10 @@ impl KafkaLog {
             names,
             partitions,
             admin,
-            producer: RwLock::new(Arc::new(producer)),
+            producer: Arc::new(Producers {
+                config: config.clone(),
+                current: RwLock::new(Arc::new(producer)),
+            }),
             readers: Mutex::new(BTreeMap::new()),
             offsets_reader: Mutex::new(new_reader(config)?),
         })
@@ -767,31 +804,7 @@ impl KafkaLog {
     }
 
     fn producer(&self) -> Arc<Appender> {
-        match self.producer.read() {
-            Ok(p) => p.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
-    }
-
-    /// After a failed append: an idempotent producer that hit a fatal error
-    /// (e.g. an unrecoverable sequence gap) refuses everything after; start
-    /// a fresh one so later appends can succeed.
-    fn replace_producer_if_fatal(&self, failed: &Arc<Appender>) {
-        let Some((code, reason)) = failed.producer.client().fatal_error() else {
-            return;
-        };
-        let mut slot = match self.producer.write() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        if !Arc::ptr_eq(&slot, failed) {
-            return; // another appender replaced it already
-        }
-        tracing::error!(%code, %reason, "the Kafka producer hit a fatal error; starting a new one");
-        match Appender::new(&self.config) {
-            Ok(p) => *slot = Arc::new(p),
-            Err(e) => tracing::error!("cannot create a new Kafka producer: {e}"),
-        }
+        self.producer.current()
     }
 
     /// Low and high watermarks of a partition (the high one is the offset
@@ -1012,12 +1025,12 @@ impl super::TailWatch for KafkaTailWatch {
 
 impl KafkaLog {
     /// [`Log::append_begin`], with each record's headers when given.
-    fn append_begin_with<'a>(
-        &'a self,
+    fn append_begin_with(
+        &self,
         topic: Topic,
         records: &[(Vec<u8>, Vec<u8>)],
         headers: Option<&[super::Headers]>,
-    ) -> Result<Box<dyn super::Appending + 'a>, LogError> {
+    ) -> Result<Box<dyn super::Appending + Send>, LogError> {
         let header_size = |i: usize| {
             headers
                 .and_then(|h| h.get(i))
@@ -1088,8 +1101,8 @@ impl KafkaLog {
             }
         }
         Ok(Box::new(KafkaAppending {
-            log: self,
-            name,
+            producers: self.producer.clone(),
+            name: name.to_string(),
             producer,
             batch,
             records: records.len(),
@@ -1132,12 +1145,27 @@ impl Log for KafkaLog {
             .wait()
     }
 
-    fn append_begin<'a>(
-        &'a self,
+    fn append_begin(
+        &self,
         topic: Topic,
         records: &[(Vec<u8>, Vec<u8>)],
-    ) -> Result<Box<dyn super::Appending + 'a>, LogError> {
+    ) -> Result<Box<dyn super::Appending + Send>, LogError> {
         self.append_begin_with(topic, records, None)
+    }
+
+    fn append_begin_with_headers(
+        &self,
+        topic: Topic,
+        records: &[(Vec<u8>, Vec<u8>)],
+        headers: &[super::Headers],
+    ) -> Result<Box<dyn super::Appending + Send>, LogError> {
+        self.append_begin_with(topic, records, Some(headers))
+    }
+
+    fn pipelines_groups(&self) -> bool {
+        // Idempotent producer: records of one partition land in the order
+        // they were handed over, retries included.
+        true
     }
 
     fn read(

@@ -189,14 +189,40 @@ pub trait Log: Send + Sync {
     /// caller can do work that needs the records but not their offsets
     /// (on Kafka, while the broker acknowledges them), then
     /// [`Appending::wait`] answers exactly as `append` would have. Nothing
-    /// may be taken as written before `wait` says so. Backends that cannot
-    /// split the two finish the append here.
-    fn append_begin<'a>(
-        &'a self,
+    /// may be taken as written before `wait` says so. The handle stands on
+    /// its own (it may be kept while more appends begin, see
+    /// [`Log::pipelines_groups`]). Backends that cannot split the two
+    /// finish the append here.
+    fn append_begin(
+        &self,
         topic: Topic,
         records: &[(Vec<u8>, Vec<u8>)],
-    ) -> Result<Box<dyn Appending + 'a>, LogError> {
+    ) -> Result<Box<dyn Appending + Send>, LogError> {
         Ok(Box::new(Appended(self.append(topic, records))))
+    }
+
+    /// [`Log::append_begin`] with message headers (see
+    /// [`Log::append_with_headers`]).
+    fn append_begin_with_headers(
+        &self,
+        topic: Topic,
+        records: &[(Vec<u8>, Vec<u8>)],
+        headers: &[Headers],
+    ) -> Result<Box<dyn Appending + Send>, LogError> {
+        Ok(Box::new(Appended(
+            self.append_with_headers(topic, records, headers),
+        )))
+    }
+
+    /// Whether a commit group gains from keeping many appends in flight:
+    /// the backend places each record where [`Log::partition_of`] says,
+    /// in the order `append_begin` was called per partition, so the engine
+    /// can project them at the offsets it expects and check those when
+    /// the acknowledgements arrive (Kafka: one round trip for a whole
+    /// group instead of one per operation). Backends that make a group
+    /// durable with one sync of their own (the embedded log) say no.
+    fn pipelines_groups(&self) -> bool {
+        false
     }
 
     /// Up to `max` records of one partition starting at `from`.

@@ -50,7 +50,8 @@ pub fn reply_group<'g, T>(
     let mut stopped: Option<String> = None;
     let mut answered = Vec::new();
     engine.begin_group();
-    for (grant, line) in lines {
+    for (i, (grant, line)) in lines.into_iter().enumerate() {
+        engine.group_op(Some(i));
         let a = match (line, &stopped) {
             (_, Some(why)) => Answered {
                 reply: Reply::Failed(Failure::new(
@@ -76,11 +77,23 @@ pub fn reply_group<'g, T>(
         };
         answered.push(a);
     }
+    engine.group_op(None);
     let then = match (then, &stopped) {
         (Some(f), None) => Some(f(engine)),
         _ => None,
     };
-    let durable = engine.end_group();
+    let durable = engine.end_group().map(|end| {
+        // Checked once acknowledged (a pipelined group): what the log
+        // holds of these operations is not what they answered.
+        for (i, e) in end.changed {
+            if let Some(a) = answered.get_mut(i) {
+                let machine = !e.is_refusal();
+                let failure = crate::protocol::OpError::Ledger(e).failure();
+                a.reply = Reply::Failed(failure);
+                a.machine = machine;
+            }
+        }
+    });
     if let Err(e) = &durable {
         for a in &mut answered {
             if a.reply.is_ok() {

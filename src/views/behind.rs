@@ -15,6 +15,14 @@
 //! whole commits (the buffer only ever holds complete ones), and flushes are
 //! written one at a time in order, so views on disk always sit at a commit
 //! boundary.
+//!
+//! Changes may also be *held* (`hold` … `release` or `discard`): a commit
+//! group on Kafka projects each operation's records before the broker has
+//! acknowledged them, at the offsets it expects them to get. Held changes
+//! are read like any other, but nothing of them reaches sled (nor the
+//! buffer the writer takes from) until the acknowledgements confirm those
+//! offsets; if they do not, the held changes are dropped whole and the
+//! views are set straight from the log.
 
 use super::ViewError;
 use std::collections::BTreeMap;
@@ -62,16 +70,56 @@ pub(crate) struct Buffer {
     /// Keys changed since the last write was taken.
     fresh: usize,
     policy: FlushPolicy,
+    /// Changes held back from sled (see the module comment): newer than
+    /// everything in `changes`.
+    held: Option<BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
 }
 
 impl Buffer {
+    /// Nothing waits to be written (held changes do not count: they are
+    /// not to be written yet).
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty()
     }
 
     /// What the buffer says of a key: `Some(None)` means removed.
     pub fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        if let Some(v) = self.held.as_ref().and_then(|h| h.get(key)) {
+            return Some(v.as_deref());
+        }
         self.changes.get(key).map(|(_, v)| v.as_deref())
+    }
+
+    /// Whether changes are being held back.
+    pub fn holding(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// Hold every change from now on until `release` or `discard`.
+    pub fn hold(&mut self) {
+        self.held.get_or_insert_with(BTreeMap::new);
+    }
+
+    /// The held changes become ordinary ones, as one commit.
+    pub fn release(&mut self) {
+        if let Some(held) = self.held.take() {
+            if !held.is_empty() {
+                self.absorb(held);
+            }
+        }
+    }
+
+    /// Forget the held changes: reads see what they saw before `hold`.
+    pub fn discard(&mut self) {
+        self.held = None;
+    }
+
+    /// Take one commit's changes: held back while holding, else buffered.
+    fn commit(&mut self, changes: Vec<Change>) {
+        match self.held.as_mut() {
+            Some(held) => held.extend(changes),
+            None => self.absorb(changes),
+        }
     }
 
     pub fn absorb(&mut self, changes: impl IntoIterator<Item = Change>) {
@@ -109,12 +157,19 @@ impl Buffer {
         self.changes.retain(|_, (g, _)| *g > generation);
     }
 
-    /// The buffered changes inside a key range, in key order.
+    /// The buffered changes inside a key range, in key order (held ones
+    /// over the others).
     pub fn range(&self, range: (Bound<Vec<u8>>, Bound<Vec<u8>>)) -> Vec<Change> {
-        self.changes
-            .range(range)
-            .map(|(k, (_, v))| (k.clone(), v.clone()))
-            .collect()
+        let buffered = self
+            .changes
+            .range(range.clone())
+            .map(|(k, (_, v))| (k.clone(), v.clone()));
+        let Some(held) = self.held.as_ref() else {
+            return buffered.collect();
+        };
+        let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> = buffered.collect();
+        merged.extend(held.range(range).map(|(k, v)| (k.clone(), v.clone())));
+        merged.into_iter().collect()
     }
 }
 
@@ -242,14 +297,16 @@ impl WriteBehind {
         let shared = &self.shared;
         if changes.len() >= DIRECT_KEYS {
             let _order = lock(&shared.writing);
-            if lock(&shared.buffer).is_empty() {
+            let b = lock(&shared.buffer);
+            if b.is_empty() && !b.holding() {
+                drop(b);
                 shared.tree.apply_batch(batch_of(changes))?;
                 return Ok(());
             }
         }
         let (due, backlog) = {
             let mut b = lock(&shared.buffer);
-            b.absorb(changes);
+            b.commit(changes);
             (
                 b.due(),
                 b.changes.len() >= BACKPRESSURE * b.policy.max_keys.max(1),
@@ -428,6 +485,74 @@ mod tests {
         b.retire(generation);
         assert_eq!(b.get(b"b"), None, "written: read from sled from now on");
         assert_eq!(b.get(b"a"), Some(Some(&[3u8][..])), "newer than the write");
+    }
+
+    #[test]
+    fn held_changes_are_read_first_and_either_released_whole_or_dropped_whole() {
+        let mut b = Buffer::default();
+        b.absorb([
+            (b"a".to_vec(), Some(vec![1])),
+            (b"c".to_vec(), Some(vec![3])),
+        ]);
+        b.hold();
+        b.commit(vec![(b"a".to_vec(), None), (b"b".to_vec(), Some(vec![2]))]);
+        assert_eq!(
+            b.get(b"a"),
+            Some(None),
+            "held removal hides the buffered value"
+        );
+        assert_eq!(b.get(b"b"), Some(Some(&[2u8][..])));
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        let keys = |r: Vec<Change>| {
+            r.into_iter()
+                .map(|(k, v)| (k, v.is_some()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            keys(b.range(all.clone())),
+            vec![
+                (b"a".to_vec(), false),
+                (b"b".to_vec(), true),
+                (b"c".to_vec(), true)
+            ]
+        );
+        // Nothing held is taken for a write.
+        assert_eq!(b.changes.len(), 2);
+        let (generation, _batch) = b.take_batch();
+        b.retire(generation);
+        assert!(b.is_empty() && b.holding());
+        b.discard();
+        assert_eq!(b.get(b"a"), None, "back to what sled holds");
+        assert_eq!(b.get(b"b"), None);
+
+        b.hold();
+        b.commit(vec![(b"d".to_vec(), Some(vec![4]))]);
+        b.release();
+        assert!(!b.holding());
+        assert_eq!(b.get(b"d"), Some(Some(&[4u8][..])));
+        assert_eq!(
+            b.changes.len(),
+            1,
+            "released changes are written like any others"
+        );
+    }
+
+    #[test]
+    fn a_large_commit_while_holding_is_held_not_written_straight_to_sled() {
+        let d = tempfile::tempdir().unwrap();
+        let db = sled::open(d.path()).unwrap();
+        let tree = db.open_tree("t").unwrap();
+        let wb = WriteBehind::new(tree.clone());
+        wb.buffer().hold();
+        let big: Vec<Change> = (0..DIRECT_KEYS as u32 + 1)
+            .map(|i| (i.to_be_bytes().to_vec(), Some(vec![1])))
+            .collect();
+        wb.write(big).unwrap();
+        wb.settle().unwrap();
+        assert!(tree.is_empty(), "held changes reached sled");
+        wb.buffer().discard();
+        drop(wb);
+        assert!(tree.is_empty(), "discarded changes reached sled on close");
     }
 
     #[test]

@@ -214,6 +214,23 @@ impl Views {
         self.behind.settle()
     }
 
+    /// Hold every change committed from now on out of sled (see
+    /// `behind`): reads see them; [`Views::release_held`] keeps them,
+    /// [`Views::discard_held`] forgets them.
+    pub(crate) fn hold(&self) {
+        self.behind.buffer().hold();
+    }
+
+    /// The held changes stand: they go to sled like any others.
+    pub(crate) fn release_held(&self) {
+        self.behind.buffer().release();
+    }
+
+    /// Forget the held changes: the views are as they were at `hold`.
+    pub(crate) fn discard_held(&self) {
+        self.behind.buffer().discard();
+    }
+
     /// Commit one atomic set of changes (buffered; see `behind`).
     pub(crate) fn write(&self, changes: Vec<Change>) -> Result<(), ViewError> {
         self.behind.write(changes)
@@ -473,6 +490,25 @@ impl Views {
             return Ok(Some((offset, decode(&k, &v)?)));
         }
         Ok(None)
+    }
+
+    /// Up to `max` finished runs of a ledger partition not yet dispatched,
+    /// oldest first.
+    pub fn finished_from(
+        &self,
+        partition: u32,
+        max: usize,
+    ) -> Result<Vec<(u64, String)>, ViewError> {
+        let cursor = self.dispatch_cursor(partition)?;
+        let start = keys::finished(partition, cursor);
+        let end = keys::finished(partition, u64::MAX);
+        self.range(start, Bound::Excluded(end))
+            .take(max)
+            .map(|kv| {
+                let (k, v) = kv?;
+                Ok((keys::finished_offset(&k), decode(&k, &v)?))
+            })
+            .collect()
     }
 
     /// Closing records of a partition below this offset have been dispatched (R7).
