@@ -251,6 +251,14 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(5.0);
     let dir = tempfile_dir();
+    // BENCH_SERVE_EMBEDDED=0: the Kafka leg alone.
+    if std::env::var("BENCH_SERVE_EMBEDDED").as_deref() == Ok("0") {
+        if let Some(brokers) = std::env::args().nth(2) {
+            kafka_leg(&dir, &brokers, secs);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     let raw = raw_sync_rate(&dir, secs);
     println!("raw append+fdatasync (400 B): {raw:.0} records/s");
 

@@ -21,10 +21,13 @@ use crate::log::{Appending, Topic};
 use crate::projector::driver::{evolve_batch, project_partition, DecodedBatch};
 use crate::projector::Position;
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Topics the views project: a record of these is projected ahead.
 const PROJECTED: [Topic; 3] = [Topic::Registry, Topic::Ledger, Topic::Checkpoints];
+
+/// A catch-up this recent when a group begins counts as one inside it.
+const FRESH_BEFORE: Duration = Duration::from_millis(10);
 
 /// One append in flight inside a pipelined group.
 struct InFlight {
@@ -78,12 +81,19 @@ impl Engine {
 
     pub(super) fn start_pipeline(&mut self) {
         self.views.hold();
+        // Views caught up right before the group (the serve loop does, the
+        // moment before it starts one) count as caught up within it.
+        let now = Instant::now();
+        let started = self
+            .caught_up_at
+            .filter(|t| now.duration_since(*t) <= self.opts.max_staleness.max(FRESH_BEFORE))
+            .unwrap_or(now);
         self.pipeline = Some(Pipeline {
             in_flight: Vec::new(),
             dirty: false,
             op: None,
             changed: BTreeMap::new(),
-            started: Instant::now(),
+            started,
         });
     }
 
