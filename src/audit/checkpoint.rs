@@ -4,7 +4,7 @@
 //! after it. They are written every [`CHECKPOINT_INTERVAL`] records and on
 //! demand (`agentledger checkpoint`); consecutive checkpoints chain.
 
-use super::hashchain::{from_hex32, link_head, record_digest, HexDigest};
+use super::hashchain::{digest_by, from_hex32, link_head, DigestKind, HexDigest};
 use crate::error::{LedgerError, Result};
 use crate::log::{Log, Topic};
 use serde::{Deserialize, Serialize};
@@ -35,7 +35,29 @@ pub struct Checkpoint {
     pub note: Option<String>,
 }
 
+/// The schema of the checkpoints written now: v2, whose digests are the
+/// records' Merkle leaf hashes (see [`DigestKind`]).
+pub const SCHEMA: &str = "agentledger.checkpoint.v2";
+
+/// Checkpoints written before v2 (their digests are [`DigestKind::Envelope`]);
+/// still verified.
+pub const SCHEMA_V1: &str = "agentledger.checkpoint.v1";
+
+/// The digest kind of the checkpoints written now.
+pub const DIGEST: DigestKind = DigestKind::Leaf;
+
 impl Checkpoint {
+    /// How this checkpoint digests its records: by its schema (anything
+    /// but v2 is read as v1, whose digests then will not match, naming the
+    /// record, rather than passing unchecked).
+    pub fn kind(&self) -> DigestKind {
+        if self.schema == SCHEMA {
+            DigestKind::Leaf
+        } else {
+            DigestKind::Envelope
+        }
+    }
+
     pub fn topic(&self) -> Option<Topic> {
         CHAINED_TOPICS.into_iter().find(|t| t.name() == self.topic)
     }
@@ -100,7 +122,7 @@ pub fn build(log: &dyn Log, span: Span, time_ms: u64, writer: &str) -> Result<Ch
 pub fn assemble(span: Span, digests: Vec<HexDigest>, time_ms: u64, writer: &str) -> Checkpoint {
     let head = link_head(&span.prev_head, span.from, digests.iter().map(|d| &d.0));
     Checkpoint {
-        schema: "agentledger.checkpoint.v1".into(),
+        schema: SCHEMA.into(),
         topic: span.topic.name().into(),
         partition: span.partition,
         from: span.from,
@@ -134,12 +156,16 @@ fn read_digests(log: &dyn Log, span: &Span) -> Result<Vec<HexDigest>> {
             });
         }
         for r in recs {
-            let d = record_digest(&r.payload).map_err(|source| LedgerError::Undecodable {
-                topic,
-                partition,
-                offset: r.offset,
-                source,
-            })?;
+            // Never attest a record whose body does not match its envelope
+            // (a leaf digest alone would not notice).
+            let d = super::hashchain::check_body(&r.payload)
+                .and_then(|()| digest_by(DIGEST, &r.payload))
+                .map_err(|source| LedgerError::Undecodable {
+                    topic,
+                    partition,
+                    offset: r.offset,
+                    source,
+                })?;
             digests.push(HexDigest(d));
             at = r.offset + 1;
         }

@@ -27,5 +27,5 @@ pub mod verify;
 pub mod witness;
 
 pub use checkpoint::{Checkpoint, CHECKPOINT_INTERVAL};
-pub use hashchain::{link_head, record_digest, Link, GENESIS};
+pub use hashchain::{digest_by, link_head, record_digest, DigestKind, Link, GENESIS};
 pub use verify::{Mismatch, VerifyReport};

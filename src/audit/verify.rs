@@ -3,7 +3,7 @@
 //! first record that does not match. Also verifies an export offline.
 
 use super::checkpoint::{self, Checkpoint, CHAINED_TOPICS};
-use super::hashchain::{from_hex32, record_digest, Link, GENESIS};
+use super::hashchain::{check_body, digest_by, from_hex32, record_digest, DigestKind, Link, GENESIS};
 use crate::error::Result;
 use crate::log::{Log, Topic};
 use serde::Serialize;
@@ -71,42 +71,107 @@ pub(crate) fn mismatch(
     }
 }
 
-/// The digest of one stored record, or the mismatch naming it when its
-/// body does not match its envelope.
-fn digest_of(
-    topic: &str,
+/// The mismatch naming a record whose body does not match its envelope.
+fn broken_body(topic: &str, partition: u32, offset: u64, e: crate::codec::CodecError) -> Mismatch {
+    mismatch(
+        topic,
+        partition,
+        offset,
+        "record body does not match its digest",
+        "a record whose body matches its digest",
+        e.to_string(),
+    )
+}
+
+/// A record's digests of each kind, computed when first asked for: from
+/// its bytes, or — digested ahead, before the checkpoints were read —
+/// its leaf digest alone.
+struct Digests<'a> {
+    topic: &'a str,
     partition: u32,
     offset: u64,
-    payload: &[u8],
-) -> std::result::Result<[u8; 32], Mismatch> {
-    record_digest(payload).map_err(|e| {
-        mismatch(
+    payload: Option<&'a [u8]>,
+    leaf: Option<[u8; 32]>,
+    envelope: Option<[u8; 32]>,
+}
+
+impl<'a> Digests<'a> {
+    fn of(topic: &'a str, partition: u32, offset: u64, payload: &'a [u8]) -> Self {
+        Digests {
             topic,
             partition,
             offset,
-            "record body does not match its digest",
-            "a record whose body matches its digest",
-            e.to_string(),
-        )
-    })
+            payload: Some(payload),
+            leaf: None,
+            envelope: None,
+        }
+    }
+
+    fn leaf(topic: &'a str, partition: u32, offset: u64, leaf: [u8; 32]) -> Self {
+        Digests {
+            topic,
+            partition,
+            offset,
+            payload: None,
+            leaf: Some(leaf),
+            envelope: None,
+        }
+    }
+
+    fn get(&mut self, kind: DigestKind) -> std::result::Result<[u8; 32], Mismatch> {
+        let cached = match kind {
+            DigestKind::Leaf => self.leaf,
+            DigestKind::Envelope => self.envelope,
+        };
+        if let Some(d) = cached {
+            return Ok(d);
+        }
+        let Some(payload) = self.payload else {
+            // Only leaf digests are taken ahead, and only for partitions
+            // whose checkpoints are all v2 (`finish_partition`).
+            return Err(mismatch(
+                self.topic,
+                self.partition,
+                self.offset,
+                "record digest could not be computed",
+                format!("{kind:?} digest"),
+                "only the leaf digest",
+            ));
+        };
+        let d = digest_by(kind, payload)
+            .map_err(|e| broken_body(self.topic, self.partition, self.offset, e))?;
+        match kind {
+            DigestKind::Leaf => self.leaf = Some(d),
+            DigestKind::Envelope => self.envelope = Some(d),
+        }
+        Ok(d)
+    }
+
+    /// Check the body against its envelope; `None` when the bytes are not
+    /// at hand (the caller checks them later).
+    fn body(&mut self) -> Option<std::result::Result<(), Mismatch>> {
+        if self.envelope.is_some() {
+            return Some(Ok(()));
+        }
+        let payload = self.payload?;
+        Some(check_body(payload).map_err(|e| broken_body(self.topic, self.partition, self.offset, e)))
+    }
 }
 
-/// A record's digest against the checkpoints covering it; shared by the
-/// log and the export verifier.
-fn check_digest<'a>(
-    topic: &str,
-    partition: u32,
-    offset: u64,
-    d: [u8; 32],
+/// A record's digests against the checkpoints covering it, each of the
+/// kind its checkpoint lists; shared by the log and the export verifier.
+fn check_digests<'a>(
+    digests: &mut Digests<'_>,
     cps: impl IntoIterator<Item = &'a Checkpoint>,
-) -> std::result::Result<[u8; 32], Mismatch> {
+) -> std::result::Result<(), Mismatch> {
     for cp in cps {
-        if let Some(want) = cp.digest_at(offset) {
+        if let Some(want) = cp.digest_at(digests.offset) {
+            let d = digests.get(cp.kind())?;
             if *want != d {
                 return Err(mismatch(
-                    topic,
-                    partition,
-                    offset,
+                    digests.topic,
+                    digests.partition,
+                    digests.offset,
                     "record digest differs from checkpoint",
                     hex::encode(want),
                     hex::encode(d),
@@ -114,7 +179,7 @@ fn check_digest<'a>(
             }
         }
     }
-    Ok(d)
+    Ok(())
 }
 
 /// The checkpoints once read, by (topic, partition). Partition workers wait
@@ -154,13 +219,12 @@ impl Attestations {
 /// still being read (40 bytes each): bounds the memory of that overlap.
 const DIGEST_AHEAD: usize = 1 << 21;
 
-/// A partition's records digested before its checkpoints were known.
+/// A partition's records digested before its checkpoints were known:
+/// their leaf digests (what v2 checkpoints list).
 struct Ahead {
     topic: Topic,
     p: u32,
     digests: Vec<(u64, [u8; 32])>,
-    /// A record whose body did not match its digest: where digesting stopped.
-    broken: Option<(u64, Mismatch)>,
     /// The offset after the last record digested.
     at: u64,
 }
@@ -356,12 +420,10 @@ fn digest_ahead(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Ahead> {
     use std::sync::atomic::Ordering;
-    let name = topic.name();
     let mut ahead = Ahead {
         topic,
         p,
         digests: Vec::new(),
-        broken: None,
         at: 0,
     };
     const BATCH: usize = 4096;
@@ -370,19 +432,13 @@ fn digest_ahead(
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(BATCH))
             .is_ok()
     {
-        let after = log.scan(topic, p, ahead.at, BATCH, &mut |r| match digest_of(
-            name, p, r.offset, r.payload,
-        ) {
-            Ok(d) => {
-                ahead.digests.push((r.offset, d));
-                ControlFlow::Continue(())
-            }
-            Err(m) => {
-                ahead.broken = Some((r.offset, m));
-                ControlFlow::Break(())
-            }
+        let after = log.scan(topic, p, ahead.at, BATCH, &mut |r| {
+            ahead
+                .digests
+                .push((r.offset, super::merkle::leaf_hash(r.payload)));
+            ControlFlow::Continue(())
         })?;
-        if after == ahead.at || ahead.broken.is_some() {
+        if after == ahead.at {
             break;
         }
         progress(after - ahead.at);
@@ -403,36 +459,77 @@ fn finish_partition(
         topic,
         p,
         digests,
-        broken,
-        mut at,
+        at: ahead_at,
     } = ahead;
     let name = topic.name();
     let cps = attested.of(topic, p)?;
     let mut check = ChainCheck::new(name, p, &cps);
-    for (o, d) in digests {
-        if check.record(o, Ok(d)).is_break() {
-            return Ok(check.outcome());
+    // Leaf digests taken ahead serve only checkpoints that list leaf
+    // digests; a partition with v1 checkpoints is read again from its start.
+    let mut at = 0;
+    if cps.iter().all(|c| c.kind() == DigestKind::Leaf) {
+        for (o, d) in digests {
+            if check.record(o, &mut Digests::leaf(name, p, o, d)).is_break() {
+                break;
+            }
         }
+        at = ahead_at;
     }
-    if let Some((o, m)) = broken {
-        let _ = check.record(o, Err(m));
-        return Ok(check.outcome());
-    }
-    loop {
+    while check.found.is_none() {
         let after = log.scan(topic, p, at, 4096, &mut |r| {
-            check.record(r.offset, digest_of(name, p, r.offset, r.payload))
+            check.record(r.offset, &mut Digests::of(name, p, r.offset, r.payload))
         })?;
         if check.found.is_some() {
-            return Ok(check.outcome());
+            break;
         }
         if after == at {
+            check.end(at);
             break;
         }
         progress(after - at);
         at = after;
     }
-    check.end(at);
+    check_bodies_later(log, topic, &mut check)?;
     Ok(check.outcome())
+}
+
+/// The records no checkpoint covered whose bytes were not at hand when
+/// they were digested: check their bodies against their envelopes now,
+/// keeping the first mismatch in log order.
+fn check_bodies_later(log: &dyn Log, topic: Topic, check: &mut ChainCheck<'_>) -> Result<()> {
+    let before = check.found.as_ref().map_or(u64::MAX, |m| m.offset);
+    let later: Vec<u64> = std::mem::take(&mut check.bodies_later)
+        .into_iter()
+        .filter(|o| *o < before)
+        .collect();
+    let (Some(&first), Some(&last)) = (later.first(), later.last()) else {
+        return Ok(());
+    };
+    let (name, p) = (check.name, check.p);
+    let mut broken = None;
+    let mut at = first;
+    while at <= last && broken.is_none() {
+        let after = log.scan(topic, p, at, 4096, &mut |r| {
+            if r.offset > last {
+                return ControlFlow::Break(());
+            }
+            if later.binary_search(&r.offset).is_ok() {
+                if let Err(e) = check_body(r.payload) {
+                    broken = Some(broken_body(name, p, r.offset, e));
+                    return ControlFlow::Break(());
+                }
+            }
+            ControlFlow::Continue(())
+        })?;
+        if after == at {
+            break;
+        }
+        at = after;
+    }
+    if broken.is_some() {
+        check.found = broken;
+    }
+    Ok(())
 }
 
 /// The check of one partition's records, fed in offset order, against its
@@ -455,6 +552,9 @@ struct ChainCheck<'a> {
     records: u64,
     covered: u64,
     found: Option<Mismatch>,
+    /// Records no checkpoint covers whose bodies are still to be checked
+    /// (digested ahead, without their bytes), in offset order.
+    bodies_later: Vec<u64>,
 }
 
 impl<'a> ChainCheck<'a> {
@@ -472,6 +572,7 @@ impl<'a> ChainCheck<'a> {
             records: 0,
             covered: 0,
             found: None,
+            bodies_later: Vec::new(),
         }
     }
 
@@ -480,11 +581,7 @@ impl<'a> ChainCheck<'a> {
         ControlFlow::Break(())
     }
 
-    fn record(
-        &mut self,
-        o: u64,
-        digest: std::result::Result<[u8; 32], Mismatch>,
-    ) -> ControlFlow<()> {
+    fn record(&mut self, o: u64, digests: &mut Digests<'_>) -> ControlFlow<()> {
         let (name, p) = (self.name, self.p);
         self.records += 1;
         while self.next < self.order.len() && self.order[self.next].from <= o {
@@ -517,17 +614,28 @@ impl<'a> ChainCheck<'a> {
             self.active
                 .push((c, Link::new(&prev.unwrap_or(GENESIS), c.from, c.to)));
         }
-        if !self.active.is_empty() {
+        if self.active.is_empty() {
+            // Nothing attests this record: at least its body must match
+            // its envelope.
+            match digests.body() {
+                Some(Ok(())) => {}
+                Some(Err(m)) => return self.fail(m),
+                None => self.bodies_later.push(o),
+            }
+        } else {
             self.covered += 1;
         }
-        let checked =
-            digest.and_then(|d| check_digest(name, p, o, d, self.active.iter().map(|(c, _)| *c)));
-        let d = match checked {
-            Ok(d) => d,
-            Err(m) => return self.fail(m),
-        };
-        for (_, link) in &mut self.active {
-            link.push(&d);
+        if let Err(m) = check_digests(digests, self.active.iter().map(|(c, _)| *c)) {
+            return self.fail(m);
+        }
+        for (c, link) in &mut self.active {
+            match digests.get(c.kind()) {
+                Ok(d) => link.push(&d),
+                Err(m) => {
+                    self.found = Some(m);
+                    return ControlFlow::Break(());
+                }
+            }
         }
         while let Some(i) = self.active.iter().position(|(c, _)| c.to == o + 1) {
             let (c, link) = self.active.swap_remove(i);
@@ -737,8 +845,11 @@ pub fn verify_export_trusting(
             continue;
         }
         report.covered += 1;
-        let checked = digest_of(&topic, p, o, &payload)
-            .and_then(|d| check_digest(&topic, p, o, d, covering.iter().copied()));
+        let mut digests = Digests::of(&topic, p, o, &payload);
+        let checked = digests
+            .body()
+            .unwrap_or(Ok(()))
+            .and_then(|()| check_digests(&mut digests, covering.iter().copied()));
         if let Err(m) = checked {
             report.mismatches.push(m);
             continue;
@@ -801,7 +912,9 @@ mod tests {
         let att = attestations();
         let budget = AtomicUsize::new(DIGEST_AHEAD);
         let ahead = digest_ahead(&log, Topic::Ledger, p, &att, &budget, &|_| {}).unwrap();
-        assert_eq!(ahead.broken.as_ref().map(|(o, _)| *o), Some(off));
+        // Leaf digests do not look inside: the body is checked once it is
+        // known that no checkpoint covers the record.
+        assert_eq!(ahead.digests.last().map(|(o, _)| *o), Some(off));
         att.set(ByPartition::new());
         let out = finish_partition(&log, ahead, &att, &|_| {}).unwrap();
         let m = out.mismatch.expect("a mismatch");
@@ -844,5 +957,94 @@ mod tests {
             ("ledger", p, off)
         );
         assert_eq!(report.mismatches.len(), 1);
+    }
+
+    /// A checkpoint of `[from, to)` as ledgers before v2 wrote them:
+    /// envelope digests, schema v1.
+    fn v1_checkpoint(log: &dyn Log, topic: Topic, p: u32, from: u64, to: u64, prev: [u8; 32]) -> Checkpoint {
+        let digests: Vec<super::super::hashchain::HexDigest> = log
+            .read(topic, p, from, (to - from) as usize)
+            .unwrap()
+            .iter()
+            .map(|r| super::super::hashchain::HexDigest(record_digest(&r.payload).unwrap()))
+            .collect();
+        let mut cp = checkpoint::assemble(
+            checkpoint::Span {
+                topic,
+                partition: p,
+                from,
+                to,
+                prev_head: prev,
+            },
+            digests,
+            0,
+            "old-writer",
+        );
+        cp.schema = checkpoint::SCHEMA_V1.into();
+        cp
+    }
+
+    #[test]
+    fn ledgers_checkpointed_before_v2_and_after_verify_each_by_its_own_digests() {
+        let d = tempfile::tempdir().unwrap();
+        let log = EmbeddedLog::open(d.path(), &EmbeddedConfig::default()).unwrap();
+        crate::synthetic::write_synthetic_log(&log, 3000).unwrap();
+        let mut cps = Vec::new();
+        let mut wrong = None;
+        for topic in CHAINED_TOPICS {
+            for p in 0..log.partitions(topic) {
+                let end = log.end_offset(topic, p).unwrap();
+                if end < 2 {
+                    continue;
+                }
+                // The older half under a v1 checkpoint, the rest under v2
+                // continuing its chain.
+                let half = end / 2;
+                let old = v1_checkpoint(&log, topic, p, 0, half, GENESIS);
+                let prev = from_hex32(&old.head).unwrap();
+                let new = checkpoint::build(
+                    &log,
+                    checkpoint::Span {
+                        topic,
+                        partition: p,
+                        from: half,
+                        to: end,
+                        prev_head: prev,
+                    },
+                    0,
+                    "new-writer",
+                )
+                .unwrap();
+                assert_eq!(new.schema, checkpoint::SCHEMA);
+                assert_eq!(new.kind(), DigestKind::Leaf);
+                assert_ne!(old.digests[0], new.digests[0], "the kinds differ");
+                if wrong.is_none() && topic == Topic::Ledger {
+                    wrong = Some((p, old.clone()));
+                }
+                cps.push(old);
+                cps.push(new);
+            }
+        }
+        checkpoint::append(&log, &cps).unwrap();
+        let report = verify_log(&log, &|_| {}).unwrap();
+        assert!(report.clean(), "{:?}", report.first());
+        assert_eq!(report.covered, report.records);
+
+        // A v1 checkpoint listing a leaf digest (what v2 would list) for
+        // one of its records is not satisfied by it: each kind is checked
+        // as its schema says.
+        let d2 = tempfile::tempdir().unwrap();
+        let log2 = EmbeddedLog::open(d2.path(), &EmbeddedConfig::default()).unwrap();
+        crate::synthetic::write_synthetic_log(&log2, 3000).unwrap();
+        let (p, _) = wrong.unwrap();
+        let end = log2.end_offset(Topic::Ledger, p).unwrap();
+        let mut old = v1_checkpoint(&log2, Topic::Ledger, p, 0, end, GENESIS);
+        let r = log2.read(Topic::Ledger, p, 3, 1).unwrap().remove(0);
+        old.digests[3] = super::super::hashchain::HexDigest(super::super::merkle::leaf_hash(&r.payload));
+        checkpoint::append(&log2, &[old]).unwrap();
+        let report = verify_log(&log2, &|_| {}).unwrap();
+        let m = report.first().expect("a mismatch");
+        assert_eq!((m.topic.as_str(), m.partition, m.offset), ("ledger", p, 3), "{m}");
+        assert!(m.what.contains("differs from checkpoint"), "{m}");
     }
 }
