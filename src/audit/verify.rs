@@ -3,7 +3,9 @@
 //! first record that does not match. Also verifies an export offline.
 
 use super::checkpoint::{self, Checkpoint, CHAINED_TOPICS};
-use super::hashchain::{check_body, digest_by, from_hex32, record_digest, DigestKind, Link, GENESIS};
+use super::hashchain::{
+    check_body, digest_by, from_hex32, record_digest, DigestKind, Link, GENESIS,
+};
 use crate::error::Result;
 use crate::log::{Log, Topic};
 use serde::Serialize;
@@ -154,7 +156,10 @@ impl<'a> Digests<'a> {
             return Some(Ok(()));
         }
         let payload = self.payload?;
-        Some(check_body(payload).map_err(|e| broken_body(self.topic, self.partition, self.offset, e)))
+        Some(
+            check_body(payload)
+                .map_err(|e| broken_body(self.topic, self.partition, self.offset, e)),
+        )
     }
 }
 
@@ -469,7 +474,10 @@ fn finish_partition(
     let mut at = 0;
     if cps.iter().all(|c| c.kind() == DigestKind::Leaf) {
         for (o, d) in digests {
-            if check.record(o, &mut Digests::leaf(name, p, o, d)).is_break() {
+            if check
+                .record(o, &mut Digests::leaf(name, p, o, d))
+                .is_break()
+            {
                 break;
             }
         }
@@ -961,7 +969,14 @@ mod tests {
 
     /// A checkpoint of `[from, to)` as ledgers before v2 wrote them:
     /// envelope digests, schema v1.
-    fn v1_checkpoint(log: &dyn Log, topic: Topic, p: u32, from: u64, to: u64, prev: [u8; 32]) -> Checkpoint {
+    fn v1_checkpoint(
+        log: &dyn Log,
+        topic: Topic,
+        p: u32,
+        from: u64,
+        to: u64,
+        prev: [u8; 32],
+    ) -> Checkpoint {
         let digests: Vec<super::super::hashchain::HexDigest> = log
             .read(topic, p, from, (to - from) as usize)
             .unwrap()
@@ -1040,11 +1055,16 @@ mod tests {
         let end = log2.end_offset(Topic::Ledger, p).unwrap();
         let mut old = v1_checkpoint(&log2, Topic::Ledger, p, 0, end, GENESIS);
         let r = log2.read(Topic::Ledger, p, 3, 1).unwrap().remove(0);
-        old.digests[3] = super::super::hashchain::HexDigest(super::super::merkle::leaf_hash(&r.payload));
+        old.digests[3] =
+            super::super::hashchain::HexDigest(super::super::merkle::leaf_hash(&r.payload));
         checkpoint::append(&log2, &[old]).unwrap();
         let report = verify_log(&log2, &|_| {}).unwrap();
         let m = report.first().expect("a mismatch");
-        assert_eq!((m.topic.as_str(), m.partition, m.offset), ("ledger", p, 3), "{m}");
+        assert_eq!(
+            (m.topic.as_str(), m.partition, m.offset),
+            ("ledger", p, 3),
+            "{m}"
+        );
         assert!(m.what.contains("differs from checkpoint"), "{m}");
     }
 }

@@ -233,7 +233,10 @@ impl Engine {
                 evolve_batch(&self.views, topic, part, batch)?;
                 if CHAINED_TOPICS.contains(&topic) {
                     for (offset, i) in &recs {
-                        let digest = crate::audit::hashchain::digest_by(crate::audit::checkpoint::DIGEST, &encoded[*i])?;
+                        let digest = crate::audit::hashchain::digest_by(
+                            crate::audit::checkpoint::DIGEST,
+                            &encoded[*i],
+                        )?;
                         self.attestation.recent.record(topic, part, *offset, digest);
                     }
                 }
@@ -323,7 +326,12 @@ fn project_ahead<'a>(
     let digests = if CHAINED_TOPICS.contains(&topic) {
         encoded
             .iter()
-            .map(|bytes| Ok(crate::audit::hashchain::digest_by(crate::audit::checkpoint::DIGEST, bytes)?))
+            .map(|bytes| {
+                Ok(crate::audit::hashchain::digest_by(
+                    crate::audit::checkpoint::DIGEST,
+                    bytes,
+                )?)
+            })
             .collect::<Result<Vec<_>>>()?
     } else {
         Vec::new()

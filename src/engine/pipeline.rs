@@ -157,7 +157,12 @@ impl Engine {
                 let digests = if CHAINED_TOPICS.contains(&topic) {
                     bytes
                         .iter()
-                        .map(|b| Ok(crate::audit::hashchain::digest_by(crate::audit::checkpoint::DIGEST, b)?))
+                        .map(|b| {
+                            Ok(crate::audit::hashchain::digest_by(
+                                crate::audit::checkpoint::DIGEST,
+                                b,
+                            )?)
+                        })
                         .collect::<Result<Vec<_>>>()?
                 } else {
                     Vec::new()
