@@ -180,7 +180,7 @@ pub type ReadCheckpoint = std::result::Result<Checkpoint, serde_json::Error>;
 /// Every checkpoint on the topic, in log order, with its offset.
 pub fn read_all(log: &dyn Log) -> Result<Vec<(u64, ReadCheckpoint)>> {
     let mut out = Vec::new();
-    scan_checkpoints_topic(log, &mut |r| {
+    scan_checkpoints_topic(log, &mut |_, r| {
         // A record filed as a cosignature is not a checkpoint: hiding a
         // checkpoint that way only leaves its records unattested.
         if !is_cosigned(r.key) {
@@ -190,9 +190,126 @@ pub fn read_all(log: &dyn Log) -> Result<Vec<(u64, ReadCheckpoint)>> {
     Ok(out)
 }
 
+/// A checkpoint without its digest list, as `verify` reads the log's: the
+/// head attests every record of the span, so the list — a thousand hex
+/// digests per checkpoint, as many bytes to decode as the records it
+/// covers — is only checked for shape and counted here, and read in full
+/// (from `at`) once a head does not match, to name the record.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Header {
+    pub schema: String,
+    pub topic: String,
+    pub partition: u32,
+    pub from: u64,
+    pub to: u64,
+    pub prev_head: String,
+    pub head: String,
+    /// How many digests it lists.
+    #[serde(rename = "digests")]
+    pub listed: Listed,
+    /// Where the checkpoint is: (partition, offset) on the checkpoints topic.
+    #[serde(skip)]
+    pub at: (u32, u64),
+}
+
+impl Header {
+    /// See [`Checkpoint::kind`].
+    pub fn kind(&self) -> DigestKind {
+        if self.schema == SCHEMA {
+            DigestKind::Leaf
+        } else {
+            DigestKind::Envelope
+        }
+    }
+
+    /// Two records carrying the same checkpoint.
+    pub fn same(&self, other: &Header) -> bool {
+        (
+            &self.schema,
+            &self.topic,
+            self.partition,
+            self.from,
+            self.to,
+            &self.prev_head,
+            &self.head,
+        ) == (
+            &other.schema,
+            &other.topic,
+            other.partition,
+            other.from,
+            other.to,
+            &other.prev_head,
+            &other.head,
+        )
+    }
+}
+
+/// The number of digests a checkpoint lists, each checked to be 64 hex
+/// digits' worth of text (not decoded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listed(pub usize);
+
+impl<'de> Deserialize<'de> for Listed {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Listed;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of sha256 digests as 64 hex digits")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Listed, A::Error> {
+                let mut n = 0;
+                while let Some(d) = seq.next_element::<&str>()? {
+                    if d.len() != 64 {
+                        return Err(serde::de::Error::invalid_length(d.len(), &"64 hex digits"));
+                    }
+                    n += 1;
+                }
+                Ok(Listed(n))
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// A checkpoint header as read from the topic (see [`ReadCheckpoint`]).
+pub type ReadHeader = std::result::Result<Header, serde_json::Error>;
+
+/// Every checkpoint's header on the topic, in log order, with its offset.
+pub fn read_headers(log: &dyn Log) -> Result<Vec<(u64, ReadHeader)>> {
+    let mut out = Vec::new();
+    scan_checkpoints_topic(log, &mut |p, r| {
+        if !is_cosigned(r.key) {
+            let h = serde_json::from_slice::<Header>(r.payload).map(|mut h| {
+                h.at = (p, r.offset);
+                h
+            });
+            out.push((r.offset, h));
+        }
+    })?;
+    Ok(out)
+}
+
+/// The whole checkpoint whose header is `h`.
+pub fn read_at(log: &dyn Log, h: &Header) -> Result<ReadCheckpoint> {
+    let (p, offset) = h.at;
+    let rec =
+        log.read(Topic::Checkpoints, p, offset, 1)?
+            .pop()
+            .ok_or(LedgerError::MissingRecord {
+                topic: Topic::Checkpoints,
+                partition: p,
+                offset,
+            })?;
+    Ok(serde_json::from_slice::<Checkpoint>(&rec.payload))
+}
+
 fn scan_checkpoints_topic(
     log: &dyn Log,
-    each: &mut dyn FnMut(crate::log::RecordRef<'_>),
+    each: &mut dyn FnMut(u32, crate::log::RecordRef<'_>),
 ) -> Result<()> {
     for p in 0..log.partitions(Topic::Checkpoints) {
         let mut at = 0;
@@ -200,7 +317,7 @@ fn scan_checkpoints_topic(
             // Parsed straight from the read buffer, a few at a time: each
             // checkpoint lists a thousand digests, so copies would dominate.
             let after = log.scan(Topic::Checkpoints, p, at, 64, &mut |r| {
-                each(r);
+                each(p, r);
                 std::ops::ControlFlow::Continue(())
             })?;
             if after == at {
@@ -280,7 +397,7 @@ pub fn latest_cosigned(log: &dyn Log, topic: Topic) -> Result<BTreeMap<u32, Cosi
 /// ones are skipped (they attest nothing).
 pub fn read_cosigned(log: &dyn Log) -> Result<Vec<(u64, Cosigned)>> {
     let mut out = Vec::new();
-    scan_checkpoints_topic(log, &mut |r| {
+    scan_checkpoints_topic(log, &mut |_, r| {
         if is_cosigned(r.key) {
             if let Ok(c) = serde_json::from_slice::<Cosigned>(r.payload) {
                 out.push((r.offset, c));
