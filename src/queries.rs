@@ -774,9 +774,18 @@ pub fn verify(
     progress: &(dyn Fn(u64) + Sync),
     trust: Option<&crate::audit::signed::Trust>,
 ) -> Result<Said, LedgerError> {
-    let mut report = crate::audit::verify::verify_log(log, progress)?;
+    let (mut report, roots) = match trust {
+        // One pass: the leaf digests the checkpoints are checked with
+        // build the trees the signed notes are checked against.
+        Some(_) => crate::audit::verify::verify_log_with_roots(log, progress)?,
+        None => (
+            crate::audit::verify::verify_log(log, progress)?,
+            Default::default(),
+        ),
+    };
     if let Some(trust) = trust {
-        let (summary, mismatches) = crate::audit::signed::verify_signed(log, trust)?;
+        let (summary, mismatches) =
+            crate::audit::signed::verify_signed_with(log, trust, Some(&roots))?;
         report.mismatches.extend(mismatches);
         report.signed = Some(summary);
     }

@@ -207,6 +207,9 @@ pub struct Header {
     /// How many digests it lists.
     #[serde(rename = "digests")]
     pub listed: Listed,
+    /// The signed note, when there is one.
+    #[serde(default)]
+    pub note: Option<String>,
     /// Where the checkpoint is: (partition, offset) on the checkpoints topic.
     #[serde(skip)]
     pub at: (u32, u64),
@@ -220,6 +223,10 @@ impl Header {
         } else {
             DigestKind::Envelope
         }
+    }
+
+    pub fn topic(&self) -> Option<Topic> {
+        CHAINED_TOPICS.into_iter().find(|t| t.name() == self.topic)
     }
 
     /// Two records carrying the same checkpoint.

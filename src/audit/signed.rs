@@ -116,6 +116,17 @@ struct Signed {
 /// Check every signed checkpoint and the records under them; with
 /// witnesses, that each log has a checkpoint enough of them cosigned.
 pub fn verify_signed(log: &dyn Log, trust: &Trust) -> Result<(SignedSummary, Vec<Mismatch>)> {
+    verify_signed_with(log, trust, None)
+}
+
+/// [`verify_signed`] with the partitions' tree roots `verify` already
+/// computed from the records (see `verify_log_with_roots`): a partition
+/// whose every signed size is among them is not read again.
+pub fn verify_signed_with(
+    log: &dyn Log,
+    trust: &Trust,
+    known: Option<&super::verify::Roots>,
+) -> Result<(SignedSummary, Vec<Mismatch>)> {
     let key = &trust.key;
     let mut summary = SignedSummary {
         key: key.to_string(),
@@ -123,7 +134,8 @@ pub fn verify_signed(log: &dyn Log, trust: &Trust) -> Result<(SignedSummary, Vec
     };
     let mut mismatches = Vec::new();
     let mut sizes: BTreeMap<(Topic, u32), BTreeMap<u64, Signed>> = BTreeMap::new();
-    for (at, cp) in checkpoint::read_all(log)? {
+    // Headers: the digest lists are not needed here.
+    for (at, cp) in checkpoint::read_headers(log)? {
         let Ok(cp) = cp else { continue };
         let (Some(note), Some(topic)) = (&cp.note, cp.topic()) else {
             continue;
@@ -215,7 +227,8 @@ pub fn verify_signed(log: &dyn Log, trust: &Trust) -> Result<(SignedSummary, Vec
                         order.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
                     {
                         let (topic, p, _, signed) = &jobs[i];
-                        done.push((i, check_partition(log, *topic, *p, signed)));
+                        let known = known.and_then(|k| k.get(&(*topic, *p)));
+                        done.push((i, check_partition(log, *topic, *p, signed, known)));
                     }
                     done
                 })
@@ -389,6 +402,7 @@ fn check_partition(
     topic: Topic,
     p: u32,
     signed: &BTreeMap<u64, Signed>,
+    known: Option<&BTreeMap<u64, Hash>>,
 ) -> Result<(u64, Option<Mismatch>)> {
     let name = topic.name();
     let end = log.end_offset(topic, p)?;
@@ -407,11 +421,19 @@ fn check_partition(
             )),
         ));
     }
+    // Roots computed already from the same records, when every signed
+    // size has one; else the tree is built here from the log.
+    let known = known.filter(|k| signed.keys().all(|size| k.contains_key(size)));
     let mut f = Frontier::new();
     let mut attested_to = 0;
     for (&size, s) in signed {
-        checkpoint::leaf_hashes(log, topic, p, f.size(), size, &mut |h| f.push(h))?;
-        let root = f.root();
+        let root = match known.and_then(|k| k.get(&size)) {
+            Some(root) => *root,
+            None => {
+                checkpoint::leaf_hashes(log, topic, p, f.size(), size, &mut |h| f.push(h))?;
+                f.root()
+            }
+        };
         if root != s.root {
             return Ok((
                 attested_to,

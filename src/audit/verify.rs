@@ -239,7 +239,32 @@ struct Ahead {
 /// thread per core; reading the checkpoints is one more job, and the
 /// partitions digest their records meanwhile.
 pub fn verify_log(log: &dyn Log, progress: &(dyn Fn(u64) + Sync)) -> Result<VerifyReport> {
+    Ok(verify_log_inner(log, progress, false)?.0)
+}
+
+/// Roots of each partition's Merkle tree, by tree size.
+pub type Roots = BTreeMap<(Topic, u32), BTreeMap<u64, super::merkle::Hash>>;
+
+/// [`verify_log`], also building each partition's Merkle tree from the
+/// same leaf digests (v2 checkpoints list exactly those): the roots at
+/// the end of every checkpoint, for `verify --key` to compare with the
+/// signed notes without reading and hashing the log a second time. A
+/// partition with v1 checkpoints, or whose check stopped at a mismatch,
+/// has roots up to where its leaves were taken in order, if any.
+pub fn verify_log_with_roots(
+    log: &dyn Log,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<(VerifyReport, Roots)> {
+    verify_log_inner(log, progress, true)
+}
+
+fn verify_log_inner(
+    log: &dyn Log,
+    progress: &(dyn Fn(u64) + Sync),
+    trees: bool,
+) -> Result<(VerifyReport, Roots)> {
     let mut report = VerifyReport::default();
+    let mut roots = Roots::new();
     let mut parts = Vec::new();
     for topic in CHAINED_TOPICS {
         for p in 0..log.partitions(topic) {
@@ -293,7 +318,7 @@ pub fn verify_log(log: &dyn Log, progress: &(dyn Fn(u64) + Sync)) -> Result<Veri
                             if attested.is_set() {
                                 done.push((
                                     j + 1,
-                                    finish_partition(log, ahead, &attested, progress)?,
+                                    finish_partition(log, ahead, &attested, progress, trees)?,
                                 ));
                             } else if let Ok(mut parked) = parked.lock() {
                                 // Checkpoints still being read: digest the
@@ -306,7 +331,7 @@ pub fn verify_log(log: &dyn Log, progress: &(dyn Fn(u64) + Sync)) -> Result<Veri
                         let Some((j, ahead)) = job else {
                             return Ok(done);
                         };
-                        done.push((j, finish_partition(log, ahead, &attested, progress)?));
+                        done.push((j, finish_partition(log, ahead, &attested, progress, trees)?));
                     }
                 })
             })
@@ -328,7 +353,13 @@ pub fn verify_log(log: &dyn Log, progress: &(dyn Fn(u64) + Sync)) -> Result<Veri
     }
     // Report in log order, whatever order the threads finished in.
     outcomes.sort_by_key(|(i, _)| *i);
-    for (_, o) in outcomes {
+    for (i, o) in outcomes {
+        if let (Some(&(topic, p)), false) = (
+            i.checked_sub(1).and_then(|j| parts.get(j)),
+            o.roots.is_empty(),
+        ) {
+            roots.insert((topic, p), o.roots);
+        }
         report.records += o.records;
         report.covered += o.covered;
         report.checkpoints += o.checkpoints;
@@ -356,7 +387,7 @@ pub fn verify_log(log: &dyn Log, progress: &(dyn Fn(u64) + Sync)) -> Result<Veri
             "none",
         ));
     }
-    Ok(report)
+    Ok((report, roots))
 }
 
 /// Checkpoints by (topic name, partition).
@@ -417,6 +448,8 @@ struct PartitionOutcome {
     checkpoints: u64,
     unreadable: Vec<Mismatch>,
     mismatch: Option<Mismatch>,
+    /// The partition's tree roots at checkpoint ends (when asked for).
+    roots: BTreeMap<u64, super::merkle::Hash>,
 }
 
 impl PartitionOutcome {
@@ -474,6 +507,7 @@ fn finish_partition(
     ahead: Ahead,
     attested: &Attestations,
     progress: &(dyn Fn(u64) + Sync),
+    tree: bool,
 ) -> Result<PartitionOutcome> {
     let Ahead {
         topic,
@@ -484,6 +518,9 @@ fn finish_partition(
     let name = topic.name();
     let cps = attested.of(topic, p)?;
     let mut check = ChainCheck::new(log, name, p, &cps);
+    if tree {
+        check.tree = Some(super::merkle::Frontier::new());
+    }
     // Leaf digests taken ahead serve only checkpoints that list leaf
     // digests; a partition with v1 checkpoints is read again from its start.
     let mut at = 0;
@@ -581,6 +618,11 @@ struct ChainCheck<'a> {
     /// Records no checkpoint covers whose bodies are still to be checked
     /// (digested ahead, without their bytes), in offset order.
     bodies_later: Vec<u64>,
+    /// The partition's Merkle tree over the leaf digests so far (when
+    /// asked for; dropped should a record come out of order), and its
+    /// roots at checkpoint ends.
+    tree: Option<super::merkle::Frontier>,
+    roots: BTreeMap<u64, super::merkle::Hash>,
 }
 
 impl<'a> ChainCheck<'a> {
@@ -600,6 +642,8 @@ impl<'a> ChainCheck<'a> {
             covered: 0,
             found: None,
             bodies_later: Vec::new(),
+            tree: None,
+            roots: BTreeMap::new(),
         }
     }
 
@@ -661,6 +705,12 @@ impl<'a> ChainCheck<'a> {
                 }
             }
         }
+        if let Some(tree) = self.tree.as_mut() {
+            match digests.get(DigestKind::Leaf) {
+                Ok(leaf) if tree.size() == o => tree.push(leaf),
+                _ => self.tree = None,
+            }
+        }
         while let Some(i) = self.active.iter().position(|(c, _)| c.to == o + 1) {
             let (c, link) = self.active.swap_remove(i);
             let head = link.head();
@@ -670,6 +720,9 @@ impl<'a> ChainCheck<'a> {
             let known = self.heads.entry(c.to).or_default();
             if !known.contains(&head) {
                 known.push(head);
+            }
+            if let Some(tree) = &self.tree {
+                self.roots.entry(c.to).or_insert_with(|| tree.root());
             }
         }
         ControlFlow::Continue(())
@@ -759,6 +812,7 @@ impl<'a> ChainCheck<'a> {
 
     fn outcome(self) -> PartitionOutcome {
         PartitionOutcome {
+            roots: self.roots,
             records: self.records,
             covered: self.covered,
             mismatch: self.found,
@@ -1000,7 +1054,7 @@ mod tests {
         // known that no checkpoint covers the record.
         assert_eq!(ahead.digests.last().map(|(o, _)| *o), Some(off));
         att.set(ByPartition::new());
-        let out = finish_partition(&log, ahead, &att, &|_| {}).unwrap();
+        let out = finish_partition(&log, ahead, &att, &|_| {}, false).unwrap();
         let m = out.mismatch.expect("a mismatch");
         assert_eq!((m.partition, m.offset), (p, off));
         assert!(m.what.contains("body does not match"), "{m}");
@@ -1025,7 +1079,7 @@ mod tests {
         let other = digest_ahead(&log, Topic::Registry, 0, &att, &budget, &|_| {}).unwrap();
         assert!(other.digests.is_empty());
         att.set(ByPartition::new());
-        let out = finish_partition(&log, ahead, &att, &|_| {}).unwrap();
+        let out = finish_partition(&log, ahead, &att, &|_| {}, false).unwrap();
         assert!(out.mismatch.is_none());
         assert_eq!(out.records, end);
     }
@@ -1157,5 +1211,52 @@ mod tests {
             "{m}"
         );
         assert!(m.what.contains("differs from checkpoint"), "{m}");
+    }
+
+    #[test]
+    fn the_roots_verify_builds_on_its_way_are_the_trees_of_the_log() {
+        let d = tempfile::tempdir().unwrap();
+        let log = EmbeddedLog::open(d.path(), &EmbeddedConfig::default()).unwrap();
+        crate::synthetic::write_synthetic_log(&log, 5000).unwrap();
+        let mut cps = Vec::new();
+        for topic in CHAINED_TOPICS {
+            for p in 0..log.partitions(topic) {
+                let end = log.end_offset(topic, p).unwrap();
+                let (mut from, mut head) = (0, GENESIS);
+                while from < end {
+                    let to = (from + 700).min(end);
+                    let span = checkpoint::Span {
+                        topic,
+                        partition: p,
+                        from,
+                        to,
+                        prev_head: head,
+                    };
+                    let cp = checkpoint::build(&log, span, 0, "w").unwrap();
+                    head = from_hex32(&cp.head).unwrap();
+                    cps.push(cp);
+                    from = to;
+                }
+            }
+        }
+        checkpoint::append(&log, &cps).unwrap();
+        let (report, roots) = verify_log_with_roots(&log, &|_| {}).unwrap();
+        assert!(report.clean(), "{:?}", report.first());
+        let mut compared = 0;
+        for cp in &cps {
+            let topic = cp.topic().unwrap();
+            let mut f = super::super::merkle::Frontier::new();
+            checkpoint::leaf_hashes(&log, topic, cp.partition, 0, cp.to, &mut |h| f.push(h))
+                .unwrap();
+            assert_eq!(
+                roots[&(topic, cp.partition)][&cp.to],
+                f.root(),
+                "{topic}/{} at {}",
+                cp.partition,
+                cp.to
+            );
+            compared += 1;
+        }
+        assert!(compared > 8);
     }
 }
