@@ -4,8 +4,9 @@
 //! (`Log::scan`) and computing sha256 over each record's bytes once, with
 //! the same parallelism as `verify` (a thread per core, partitions largest
 //! first). Prints records/s, MB/s and the ratio, for `verify` (digests and
-//! hash chains) and for `verify --key` (also every partition's Merkle tree
-//! against the signed checkpoint notes), and what signing costs per record.
+//! hash chains) and for `verify --key` as the CLI runs it (in the same
+//! pass, every partition's Merkle tree from the same leaf digests, then
+//! the signed checkpoint notes), and what signing costs per record.
 //! Run through `tools/bench-verify [EVENTS] [REPS]`.
 
 use agentledger::audit::checkpoint::{self, Span, CHAINED_TOPICS};
