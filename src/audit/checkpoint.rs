@@ -46,20 +46,35 @@ pub const SCHEMA_V1: &str = "agentledger.checkpoint.v1";
 /// The digest kind of the checkpoints written now.
 pub const DIGEST: DigestKind = DigestKind::Leaf;
 
+/// A record's digest as the checkpoints written now list it (its leaf
+/// hash: nothing to check, nothing to fail).
+pub fn digest_now(payload: &[u8]) -> [u8; 32] {
+    super::merkle::leaf_hash(payload)
+}
+
+/// How a checkpoint of this schema digests its records (anything but v2
+/// is read as v1, whose digests then will not match, naming the record,
+/// rather than passing unchecked).
+fn kind_of(schema: &str) -> DigestKind {
+    if schema == SCHEMA {
+        DigestKind::Leaf
+    } else {
+        DigestKind::Envelope
+    }
+}
+
+fn chained_topic(name: &str) -> Option<Topic> {
+    CHAINED_TOPICS.into_iter().find(|t| t.name() == name)
+}
+
 impl Checkpoint {
-    /// How this checkpoint digests its records: by its schema (anything
-    /// but v2 is read as v1, whose digests then will not match, naming the
-    /// record, rather than passing unchecked).
+    /// How this checkpoint digests its records (see `kind_of`).
     pub fn kind(&self) -> DigestKind {
-        if self.schema == SCHEMA {
-            DigestKind::Leaf
-        } else {
-            DigestKind::Envelope
-        }
+        kind_of(&self.schema)
     }
 
     pub fn topic(&self) -> Option<Topic> {
-        CHAINED_TOPICS.into_iter().find(|t| t.name() == self.topic)
+        chained_topic(&self.topic)
     }
 
     /// The checkpoint is internally consistent: its digests fold from
@@ -218,15 +233,11 @@ pub struct Header {
 impl Header {
     /// See [`Checkpoint::kind`].
     pub fn kind(&self) -> DigestKind {
-        if self.schema == SCHEMA {
-            DigestKind::Leaf
-        } else {
-            DigestKind::Envelope
-        }
+        kind_of(&self.schema)
     }
 
     pub fn topic(&self) -> Option<Topic> {
-        CHAINED_TOPICS.into_iter().find(|t| t.name() == self.topic)
+        chained_topic(&self.topic)
     }
 
     /// Two records carrying the same checkpoint.
@@ -463,4 +474,18 @@ pub fn leaf_hashes(
         at = after;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_digest_written_now_is_the_v2_kind_and_the_schema_says_so() {
+        let payload = b"any stored bytes";
+        assert_eq!(digest_now(payload), digest_by(DIGEST, payload).unwrap());
+        assert_eq!(kind_of(SCHEMA), DIGEST);
+        assert_eq!(kind_of(SCHEMA_V1), DigestKind::Envelope);
+        assert_eq!(kind_of("agentledger.checkpoint.v9"), DigestKind::Envelope);
+    }
 }

@@ -233,10 +233,7 @@ impl Engine {
                 evolve_batch(&self.views, topic, part, batch)?;
                 if CHAINED_TOPICS.contains(&topic) {
                     for (offset, i) in &recs {
-                        let digest = crate::audit::hashchain::digest_by(
-                            crate::audit::checkpoint::DIGEST,
-                            &encoded[*i],
-                        )?;
+                        let digest = crate::audit::checkpoint::digest_now(&encoded[*i]);
                         self.attestation.recent.record(topic, part, *offset, digest);
                     }
                 }
@@ -326,13 +323,8 @@ fn project_ahead<'a>(
     let digests = if CHAINED_TOPICS.contains(&topic) {
         encoded
             .iter()
-            .map(|bytes| {
-                Ok(crate::audit::hashchain::digest_by(
-                    crate::audit::checkpoint::DIGEST,
-                    bytes,
-                )?)
-            })
-            .collect::<Result<Vec<_>>>()?
+            .map(|bytes| crate::audit::checkpoint::digest_now(bytes))
+            .collect()
     } else {
         Vec::new()
     };

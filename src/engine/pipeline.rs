@@ -157,13 +157,8 @@ impl Engine {
                 let digests = if CHAINED_TOPICS.contains(&topic) {
                     bytes
                         .iter()
-                        .map(|b| {
-                            Ok(crate::audit::hashchain::digest_by(
-                                crate::audit::checkpoint::DIGEST,
-                                b,
-                            )?)
-                        })
-                        .collect::<Result<Vec<_>>>()?
+                        .map(|b| crate::audit::checkpoint::digest_now(b))
+                        .collect()
                 } else {
                     Vec::new()
                 };
