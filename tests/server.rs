@@ -695,9 +695,21 @@ fn the_cli_goes_through_a_running_server_and_prints_the_same() {
 
 #[test]
 fn sigkill_under_concurrent_writers_loses_nothing_answered() {
+    sigkill_under_64_writers(None);
+}
+
+/// On Kafka the operations of a commit group are in flight together and
+/// answered once all are acknowledged: killed mid-group, nothing answered
+/// is missing from the topics (read afresh by a new instance).
+#[test]
+fn kafka_sigkill_under_concurrent_writers_loses_nothing_answered() {
+    sigkill_under_64_writers(Some(kafka("sigkill")));
+}
+
+fn sigkill_under_64_writers(kafka: Option<(String, String)>) {
     let d = tempfile::tempdir().unwrap();
     let data = d.path().join("data");
-    let s = start(&data, None, &[]);
+    let s = start(&data, kafka.as_ref(), &[]);
     post(
         &s.url,
         &json!({"op":"publish_agent","agent":"developer","scope":"acme/platform"}),
@@ -745,12 +757,28 @@ fn sigkill_under_concurrent_writers_loses_nothing_answered() {
         answered.len()
     );
     // After the kill: every answered run is in the ledger.
-    let (code, out, err) = common::cli(&data, &["--json", "status"]);
-    assert_eq!(code, 0, "{out} {err}");
-    let l = common::Ledger::open(&data);
+    let engine = match &kafka {
+        None => {
+            let (code, out, err) = common::cli(&data, &["--json", "status"]);
+            assert_eq!(code, 0, "{out} {err}");
+            common::Ledger::open(&data).engine
+        }
+        Some((brokers, prefix)) => {
+            let cfg = agentledger::log::kafka::KafkaConfig {
+                topic_prefix: prefix.clone(),
+                ..agentledger::log::kafka::KafkaConfig::new(brokers.clone())
+            };
+            agentledger::engine::Engine::open_kafka(
+                d.path().join("after"),
+                &cfg,
+                agentledger::engine::EngineOptions::default(),
+            )
+            .unwrap()
+        }
+    };
     for run in &answered {
         assert!(
-            l.engine.views().run(run).unwrap().is_some(),
+            engine.views().run(run).unwrap().is_some(),
             "{run} was answered ok but is not in the ledger after SIGKILL"
         );
     }
