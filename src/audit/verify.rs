@@ -1259,4 +1259,38 @@ mod tests {
         }
         assert!(compared > 8);
     }
+
+    #[test]
+    fn a_checkpoint_listing_the_wrong_number_or_shape_of_digests_is_named() {
+        let d = tempfile::tempdir().unwrap();
+        let log = EmbeddedLog::open(d.path(), &EmbeddedConfig::default()).unwrap();
+        crate::synthetic::write_synthetic_log(&log, 2000).unwrap();
+        let p = 0;
+        let end = log.end_offset(Topic::Ledger, p).unwrap();
+        assert!(end > 4, "partition too small: {end}");
+        let span = checkpoint::Span {
+            topic: Topic::Ledger,
+            partition: p,
+            from: 0,
+            to: end,
+            prev_head: GENESIS,
+        };
+        let good = checkpoint::build(&log, span, 0, "w").unwrap();
+        // One digest short: the head still folds from the records, the
+        // count does not match the span.
+        let mut short = serde_json::to_value(&good).unwrap();
+        short["digests"].as_array_mut().unwrap().pop();
+        // A digest that is not 64 hex digits' worth: not readable.
+        let mut stubby = serde_json::to_value(&good).unwrap();
+        stubby["digests"][1] = serde_json::json!("abc");
+        let recs: Vec<(Vec<u8>, Vec<u8>)> = [short, stubby]
+            .iter()
+            .map(|v| (b"ledger/0".to_vec(), serde_json::to_vec(v).unwrap()))
+            .collect();
+        log.append(Topic::Checkpoints, &recs).unwrap();
+        let report = verify_log(&log, &|_| {}).unwrap();
+        let whats: Vec<&str> = report.mismatches.iter().map(|m| m.what.as_str()).collect();
+        assert!(whats.contains(&"checkpoint is inconsistent"), "{whats:?}");
+        assert!(whats.contains(&"checkpoint is not readable"), "{whats:?}");
+    }
 }

@@ -60,19 +60,7 @@ impl Engine {
         if self.pipeline.is_some() {
             return self.commit_in_flight(pending, encoded);
         }
-        // Per topic: indexes into `pending`, and the (key, bytes) to append.
-        type TopicBatch = (Topic, Vec<usize>, Vec<(Vec<u8>, Vec<u8>)>);
-        let mut by_topic: Vec<TopicBatch> = Vec::new();
-        for (i, p) in pending.iter().enumerate() {
-            let rec = (p.key.clone().into_bytes(), encoded[i].clone());
-            match by_topic.iter_mut().find(|(t, _, _)| *t == p.topic) {
-                Some((_, idx, recs)) => {
-                    idx.push(i);
-                    recs.push(rec);
-                }
-                None => by_topic.push((p.topic, vec![i], vec![rec])),
-            }
-        }
+        let by_topic = by_topic(&pending, &encoded);
         let mut positions = vec![
             Position {
                 partition: 0,
@@ -80,8 +68,6 @@ impl Engine {
             };
             pending.len()
         ];
-        // Registry first: a run record may name a version published in the same call.
-        by_topic.sort_by_key(|(t, _, _)| *t != Topic::Registry);
         // A call whose records all go to one partition (one operation on
         // one chain: the usual case) is projected while the log makes it
         // durable, as if it lands right after what the views hold; it is
@@ -285,6 +271,40 @@ impl Engine {
     }
 }
 
+/// A call's records of one topic: indexes into the call's decisions, and
+/// the (key, bytes) to append.
+pub(super) type TopicBatch = (Topic, Vec<usize>, Vec<(Vec<u8>, Vec<u8>)>);
+
+/// A call's records per topic, registry first: a run record may name a
+/// version published in the same call.
+pub(super) fn by_topic(pending: &[Decided], encoded: &[Vec<u8>]) -> Vec<TopicBatch> {
+    let mut by_topic: Vec<TopicBatch> = Vec::new();
+    for (i, p) in pending.iter().enumerate() {
+        let rec = (p.key.clone().into_bytes(), encoded[i].clone());
+        match by_topic.iter_mut().find(|(t, _, _)| *t == p.topic) {
+            Some((_, idx, recs)) => {
+                idx.push(i);
+                recs.push(rec);
+            }
+            None => by_topic.push((p.topic, vec![i], vec![rec])),
+        }
+    }
+    by_topic.sort_by_key(|(t, _, _)| *t != Topic::Registry);
+    by_topic
+}
+
+/// The digests the checkpoints will list for a call's own records of
+/// `topic` (none on topics without a hash chain).
+pub(super) fn own_digests<'b>(
+    topic: Topic,
+    payloads: impl Iterator<Item = &'b [u8]>,
+) -> Vec<[u8; 32]> {
+    if !CHAINED_TOPICS.contains(&topic) {
+        return Vec::new();
+    }
+    payloads.map(crate::audit::checkpoint::digest_now).collect()
+}
+
 /// A call's records projected before the log acknowledged them: the view
 /// changes they make if they land at `first`, `first + 1`, … of
 /// `partition`, and their digests for the checkpoints.
@@ -320,14 +340,7 @@ fn project_ahead<'a>(
         .enumerate()
         .map(|(i, bytes)| Ok((first + i as u64, codec::decode_for_projection(bytes)?)))
         .collect::<Result<DecodedBatch>>()?;
-    let digests = if CHAINED_TOPICS.contains(&topic) {
-        encoded
-            .iter()
-            .map(|bytes| crate::audit::checkpoint::digest_now(bytes))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let digests = own_digests(topic, encoded.iter().map(Vec::as_slice));
     let (write, _) = prepare_batch(views, topic, partition, batch)?;
     Ok(Some(Ahead {
         topic,

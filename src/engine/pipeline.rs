@@ -14,7 +14,6 @@
 //! exact as one operation at a time.
 
 use super::{Decided, Engine};
-use crate::audit::checkpoint::CHAINED_TOPICS;
 use crate::codec;
 use crate::error::{LedgerError, Result};
 use crate::log::{Appending, Topic};
@@ -130,38 +129,15 @@ impl Engine {
             };
             pending.len()
         ];
-        // Per topic, registry first (a run record may name a version
-        // published in the same call): indexes into `pending`.
-        let mut topics: Vec<(Topic, Vec<usize>)> = Vec::new();
-        for (i, p) in pending.iter().enumerate() {
-            match topics.iter_mut().find(|(t, _)| *t == p.topic) {
-                Some((_, idx)) => idx.push(i),
-                None => topics.push((p.topic, vec![i])),
-            }
-        }
-        topics.sort_by_key(|(t, _)| *t != Topic::Registry);
+        let by_topic = super::commit::by_topic(&pending, &encoded);
         let mut slots: Vec<Option<Decided>> = pending.into_iter().map(Some).collect();
-        for (topic, idx) in topics {
-            let recs: Vec<(Vec<u8>, Vec<u8>)> = idx
-                .iter()
-                .filter_map(|&i| {
-                    let key = slots[i].as_ref()?.key.clone().into_bytes();
-                    Some((key, encoded[i].clone()))
-                })
-                .collect();
+        for (topic, idx, recs) in by_topic {
             let handle = self.log.append_begin(topic, &recs)?;
             let decided: Vec<Decided> = idx.iter().filter_map(|&i| slots[i].take()).collect();
-            let bytes: Vec<&[u8]> = idx.iter().map(|&i| encoded[i].as_slice()).collect();
             let (expected, digests) = if PROJECTED.contains(&topic) {
-                let expected = self.project_ahead_in_flight(topic, &recs, &bytes);
-                let digests = if CHAINED_TOPICS.contains(&topic) {
-                    bytes
-                        .iter()
-                        .map(|b| crate::audit::checkpoint::digest_now(b))
-                        .collect()
-                } else {
-                    Vec::new()
-                };
+                let expected = self.project_ahead_in_flight(topic, &recs);
+                let digests =
+                    super::commit::own_digests(topic, recs.iter().map(|(_, b)| b.as_slice()));
                 (Some(expected), digests)
             } else {
                 (None, Vec::new())
@@ -197,14 +173,13 @@ impl Engine {
         &mut self,
         topic: Topic,
         recs: &[(Vec<u8>, Vec<u8>)],
-        bytes: &[&[u8]],
     ) -> Vec<(u32, u64)> {
         let dirty = self.pipeline.as_ref().is_some_and(|p| p.dirty);
         let mut next: BTreeMap<u32, u64> = BTreeMap::new();
         let mut batches: Vec<(u32, DecodedBatch)> = Vec::new();
         let mut expected = Vec::with_capacity(recs.len());
         let mut failed: Option<LedgerError> = None;
-        for ((key, _), b) in recs.iter().zip(bytes) {
+        for (key, b) in recs {
             let partition = self.log.partition_of(topic, key);
             let offset = match next.get(&partition) {
                 Some(o) => *o,
