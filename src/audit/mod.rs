@@ -18,6 +18,7 @@ pub mod checkpoint;
 pub mod export;
 pub mod export_proof;
 pub mod hashchain;
+pub mod log_verify;
 pub mod merkle;
 pub mod note;
 pub mod recent;
