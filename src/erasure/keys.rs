@@ -250,13 +250,23 @@ impl KeyStore {
             let Ok(text) = std::fs::read_to_string(&path) else {
                 continue;
             };
-            if let Ok(f) = serde_json::from_str::<KeyFile>(&text) {
-                if f.expires_at <= now {
-                    out.push(Expired {
-                        task: f.task,
-                        expires_at: f.expires_at,
-                    });
+            // Only a whole key file in its own task's name counts: a
+            // damaged one naming another task must not erase that task's
+            // intact key (its file is another), and is left for an operator.
+            let named = path.file_stem().and_then(|s| s.to_str());
+            match serde_json::from_str::<KeyFile>(&text) {
+                Ok(f) if named == Some(tag(&f.task).as_str()) && is_key_hex(&f.key) => {
+                    if f.expires_at <= now {
+                        out.push(Expired {
+                            task: f.task,
+                            expires_at: f.expires_at,
+                        });
+                    }
                 }
+                _ => tracing::warn!(
+                    file = %path.display(),
+                    "task key file is damaged (not a key in its own task's name); left in place, not expired"
+                ),
             }
         }
         if let Some(s) = &self.shared {
@@ -329,6 +339,11 @@ pub fn tag(task: &str) -> String {
     hex::encode(Sha256::digest(task.as_bytes()))
 }
 
+/// 32 bytes as hex, as key files hold them.
+fn is_key_hex(key: &str) -> bool {
+    key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 fn io(dir: &Path, source: std::io::Error) -> KeyError {
     KeyError::Io {
         dir: dir.display().to_string(),
@@ -339,6 +354,36 @@ fn io(dir: &Path, source: std::io::Error) -> KeyError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_damaged_key_file_naming_another_task_expires_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let ks = KeyStore::open(d.path().join("keys")).unwrap();
+        let tour = ks.create("tour", 10_000).unwrap();
+        ks.create("doctor", 10_000).unwrap();
+        let doctor_file = ks.path("doctor");
+        // Doctor's file overwritten with text naming tour, long expired.
+        std::fs::write(&doctor_file, r#"{"task":"tour","key":"00","expires_at":1}"#).unwrap();
+        assert_eq!(ks.expired(5_000).unwrap(), vec![]);
+        // A whole key of tour's, but in doctor's file: not tour's either.
+        let moved = format!(
+            r#"{{"task":"tour","key":"{}","expires_at":1}}"#,
+            hex::encode(tour.0)
+        );
+        std::fs::write(&doctor_file, moved).unwrap();
+        assert_eq!(ks.expired(5_000).unwrap(), vec![]);
+        // Tour's own key stands, and expires when it should.
+        let again = KeyStore::open(d.path().join("keys")).unwrap();
+        assert_eq!(again.key("tour"), Some(tour));
+        assert_eq!(again.status("doctor"), KeyStatus::Damaged);
+        assert_eq!(
+            again.expired(10_000).unwrap(),
+            vec![Expired {
+                task: "tour".into(),
+                expires_at: 10_000
+            }]
+        );
+    }
 
     #[test]
     fn keys_are_made_once_extended_forgotten_and_expire() {
