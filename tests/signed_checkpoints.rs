@@ -446,6 +446,67 @@ fn a_signed_export_proves_every_record_offline_and_every_edit_fails() {
         "is not the record's",
     );
 
+    // Cut short: the last three records gone, the rest proving itself.
+    fails(
+        "cut",
+        &edited("cut", &|c| {
+            for _ in 0..3 {
+                c.remove(*records.last().unwrap() - 2);
+            }
+        }),
+        "different number of records than its header says",
+    );
+    // Two lines of one run in each other's place: same records, but the
+    // run's steps out of order.
+    let same_run = records
+        .windows(2)
+        .find(|w| lines[w[0]]["run"] == lines[w[1]]["run"])
+        .unwrap()
+        .to_vec();
+    fails(
+        "reordered",
+        &edited("reordered", &|c| c.swap(same_run[0], same_run[1])),
+        "comes after step",
+    );
+    // Only the header: nothing proven is not clean.
+    fails(
+        "header only",
+        &edited("header_only", &|c| c.truncate(1)),
+        "export holds no records",
+    );
+    // Not an export at all: refused, saying why.
+    let refused = |name: &str, f: &Path, says: &str| {
+        let (code, v) = verify_export(f, Some(&key));
+        assert_eq!(code, 2, "{name}: {v}");
+        assert!(
+            v["stderr"].as_str().unwrap_or_default().contains(says),
+            "{name}: {v}"
+        );
+    };
+    refused("empty", &edited("empty", &|c| c.clear()), "no header line");
+    refused(
+        "headless",
+        &edited("headless", &|c| {
+            c.remove(0);
+        }),
+        "no header line",
+    );
+    refused(
+        "format",
+        &edited("format", &|c| {
+            c[0]["format"] = json!("agentledger.export.v9")
+        }),
+        "is not one this version reads",
+    );
+    refused(
+        "two headers",
+        &edited("two_headers", &|c| {
+            let h = c[0].clone();
+            c.insert(3, h)
+        }),
+        "a second header line",
+    );
+
     // The insider's rewrite, carried into the export: the record re-encoded
     // and the checkpoint in the file recomputed. The hash chain in the file
     // agrees; the signed root does not.

@@ -36,7 +36,7 @@ pub fn write_export(
     out: &mut dyn Write,
 ) -> Result<(u64, u64)> {
     let io = |e: std::io::Error| crate::error::LedgerError::io("writing the export", e);
-    writeln!(out, "{}", json!({"type": "header", "format": "agentledger.export.v2", "selection": what, "records": steps.len()})).map_err(io)?;
+    writeln!(out, "{}", json!({"type": "header", "format": super::verify::EXPORT_FORMAT, "selection": what, "records": steps.len()})).map_err(io)?;
     let covering = |s: &TrailStep| {
         checkpoints.iter().find(|c| {
             c.topic == "ledger" && c.partition == s.partition && c.digest_at(s.offset).is_some()

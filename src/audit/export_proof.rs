@@ -77,6 +77,18 @@ impl RunSteps {
         let p = line["partition"].as_u64().unwrap_or_default() as u32;
         let o = line["offset"].as_u64().unwrap_or_default();
         let steps = self.by_run.entry(run.to_owned()).or_default();
+        // The export lists each run's steps in order; a line moved
+        // earlier or later is named where it stands.
+        if let Some((&last, _)) = steps.last_key_value().filter(|(&last, _)| last > step) {
+            self.repeated.push(fault(
+                &topic,
+                p,
+                o,
+                format!("run {run} step {step} comes after step {last} in the export"),
+                "each run's steps in order",
+                format!("step {step} after step {last}"),
+            ));
+        }
         if steps.insert(step, (topic.clone(), p, o)).is_some() {
             self.repeated.push(fault(
                 &topic,
@@ -93,6 +105,23 @@ impl RunSteps {
     pub fn gaps(self) -> Vec<Mismatch> {
         let mut out = self.repeated;
         for (run, steps) in self.by_run {
+            // A run's steps are appended in order to one partition: a
+            // later step at an earlier offset was not where it is said.
+            let located: Vec<(&u64, &(String, u32, u64))> = steps.iter().collect();
+            if let Some(w) = located.windows(2).find(|w| w[1].1 .2 <= w[0].1 .2) {
+                let (step, (topic, p, o)) = w[1];
+                out.push(fault(
+                    topic,
+                    *p,
+                    *o,
+                    format!(
+                        "run {run} step {step} lies before step {} in the log",
+                        w[0].0
+                    ),
+                    format!("an offset after {}", w[0].1 .2),
+                    format!("offset {o}"),
+                ));
+            }
             let missing = (0..).zip(steps.keys()).find(|(want, have)| want != *have);
             if let Some((want, have)) = missing {
                 let (topic, p, o) = steps[have].clone();

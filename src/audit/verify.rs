@@ -200,6 +200,9 @@ fn check_digests<'a>(
     Ok(())
 }
 
+/// The export format `export` writes and `verify --export` reads.
+pub const EXPORT_FORMAT: &str = "agentledger.export.v2";
+
 /// Why an export file cannot be checked at all (a record that does not
 /// match is a [`Mismatch`] in the report instead).
 #[derive(Debug, thiserror::Error)]
@@ -222,6 +225,14 @@ pub enum ExportError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("line {line}: the export has no header line first (an export starts with {{\"type\":\"header\",…}})")]
+    NoHeader { line: usize },
+    #[error("line {line}: a second header line")]
+    SecondHeader { line: usize },
+    #[error(
+        "line {line}: export format {found:?} is not one this version reads ({EXPORT_FORMAT})"
+    )]
+    Format { line: usize, found: String },
     #[error("line {line}: unknown line type {found}")]
     UnknownLine { line: usize, found: String },
     #[error("line {line}: record without offset")]
@@ -260,6 +271,7 @@ pub fn verify_export_trusting(
     let mut cosigned: Vec<(usize, super::checkpoint::Cosigned)> = Vec::new();
     let mut cps: Vec<Checkpoint> = Vec::new();
     let mut records = Vec::new();
+    let mut header: Option<(usize, serde_json::Value)> = None;
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -269,8 +281,24 @@ pub fn verify_export_trusting(
                 line: i + 1,
                 source,
             })?;
+        // The header comes first, once: what the file claims to hold.
+        match (v["type"].as_str(), &header) {
+            (Some("header"), None) => {}
+            (Some("header"), Some(_)) => return Err(ExportError::SecondHeader { line: i + 1 }),
+            (_, None) => return Err(ExportError::NoHeader { line: i + 1 }),
+            _ => {}
+        }
         match v["type"].as_str() {
-            Some("header") => {}
+            Some("header") => {
+                let format = v["format"].as_str().unwrap_or_default();
+                if format != EXPORT_FORMAT {
+                    return Err(ExportError::Format {
+                        line: i + 1,
+                        found: format.chars().take(100).collect(),
+                    });
+                }
+                header = Some((i + 1, v));
+            }
             Some("checkpoint") => {
                 let cp: Checkpoint =
                     serde_json::from_value(v["checkpoint"].clone()).map_err(|source| {
@@ -315,6 +343,29 @@ pub fn verify_export_trusting(
                 })
             }
         }
+    }
+    let Some((header_line, header)) = header else {
+        return Err(ExportError::NoHeader { line: 1 });
+    };
+    // A file cut short (or padded) is named even where what is left
+    // proves itself; a file of no records proves nothing.
+    let said = header["records"].as_u64();
+    if said != Some(records.len() as u64) || records.is_empty() {
+        report.mismatches.push(mismatch(
+            "export",
+            0,
+            header_line as u64,
+            if records.is_empty() {
+                "export holds no records"
+            } else {
+                "export holds a different number of records than its header says"
+            },
+            format!(
+                "{} record lines (header, line {header_line})",
+                said.map_or("a count of".into(), |n| n.to_string())
+            ),
+            format!("{} record lines", records.len()),
+        ));
     }
     let mut signed = key.map(|k| super::export_proof::SignedRoots::from_checkpoints(k, &cps));
     if let (Some(s), Some(t)) = (&mut signed, trust) {
