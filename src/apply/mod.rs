@@ -85,7 +85,7 @@ fn read_bounded_line(
             None => (chunk.len(), chunk.len(), false),
         };
         // Keep up to max + 1 bytes: room for a `\r` after a full line.
-        let room = (max + 1).saturating_sub(buf.len());
+        let room = max.saturating_add(1).saturating_sub(buf.len());
         buf.extend_from_slice(&chunk[..content.min(room)]);
         if content > 0 {
             last = Some(chunk[content - 1]);
@@ -253,6 +253,15 @@ mod tests {
         assert_eq!(lines(b"123456789", 8), vec![Err(9)]);
         assert_eq!(lines(b"1234567\r9", 8), vec![Err(9)]);
         assert_eq!(lines(b"\n\n", 8), vec![Ok(vec![]), Ok(vec![])]);
+    }
+
+    #[test]
+    fn the_largest_limit_there_is_reads_lines_whole() {
+        // `max + 1` once wrapped to 0 here, and every line came out empty.
+        assert_eq!(
+            lines(b"{\"op\":\"x\"}\nlast", usize::MAX),
+            vec![Ok(b"{\"op\":\"x\"}".to_vec()), Ok(b"last".to_vec())]
+        );
     }
 
     #[test]
