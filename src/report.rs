@@ -92,6 +92,26 @@ pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// Free text (a message, a goal, a media type) as written in a trail
+/// line: as it is, but with control and invisible characters escaped, so
+/// no value can forge a line or drive the terminal.
+pub fn text(s: &str) -> std::borrow::Cow<'_, str> {
+    let visible =
+        |c: char| c == ' ' || crate::rules::labels::plainly_visible(c.encode_utf8(&mut [0; 4]));
+    if s.chars().all(visible) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if visible(c) => out.push(c),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// `s` quoted, with everything but plainly visible characters escaped.
 fn escaped(s: &str) -> String {
     let mut out = String::from("\"");
@@ -290,10 +310,11 @@ pub fn step_line_with(
                     listener_scope,
                     areas,
                 } => format!(
-                    "scope barrier: {listener_scope} may not receive data of {}",
+                    "scope barrier: {} may not receive data of {}",
+                    shown(listener_scope),
                     areas
                         .iter()
-                        .map(|a| format!("area:{a}"))
+                        .map(|a| format!("area:{}", shown(a)))
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
@@ -330,7 +351,8 @@ pub fn step_line_with(
             if e.opened.is_empty() {
                 "dispatched: no listener opened".to_string()
             } else {
-                format!("dispatched: opened {}", e.opened.join(", "))
+                let opened: Vec<_> = e.opened.iter().map(|r| shown(r)).collect();
+                format!("dispatched: opened {}", opened.join(", "))
             }
         }
     };
@@ -359,7 +381,9 @@ fn context_line(master_run: &str, ev: &ContextEvent) -> String {
             task_context,
             ..
         } => format!(
-            "task {task} opened by master {master_run}: {:?} ({} goals, status {:?})",
+            "task {} opened by master {}: {:?} ({} goals, status {:?})",
+            shown(task),
+            shown(master_run),
             task_context.task_name,
             task_context.goal_status.len(),
             task_context.overall_status
@@ -378,11 +402,14 @@ fn context_line(master_run: &str, ev: &ContextEvent) -> String {
             let deps = if context.dependencies.is_empty() {
                 String::new()
             } else {
-                format!("; after {}", context.dependencies.join(", "))
+                let deps: Vec<_> = context.dependencies.iter().map(|d| shown(d)).collect();
+                format!("; after {}", deps.join(", "))
             };
             format!(
-                "sent {subtask} {:?} to {agent} ({mode}): {} todo items, {} context items by reference{deps}",
+                "sent {} {:?} to {} ({mode}): {} todo items, {} context items by reference{deps}",
+                shown(subtask),
                 context.sub_task_name,
+                shown(agent),
                 context.todo_items.len(),
                 context.context_items.len()
             )
@@ -399,10 +426,12 @@ fn context_line(master_run: &str, ev: &ContextEvent) -> String {
             let verdict = if layer1.passed {
                 "layer one PASSED".to_string()
             } else {
-                format!("layer one FAILED: {}", layer1.reasons.join("; "))
+                format!("layer one FAILED: {}", text(&layer1.reasons.join("; ")))
             };
             format!(
-                "{agent} returned {subtask}: items done {done}/{}; {verdict}",
+                "{} returned {}: items done {done}/{}; {verdict}",
+                shown(agent),
+                shown(subtask),
                 context.todo_items.len()
             )
         }
@@ -414,19 +443,21 @@ fn context_line(master_run: &str, ev: &ContextEvent) -> String {
                 Outcome::Rejected => "REJECTED",
             };
             format!(
-                "layer two: master {outcome} {subtask}: {:?}",
+                "layer two: master {outcome} {}: {:?}",
+                shown(subtask),
                 decision.reason
             )
         }
         ContextEvent::TaskUpdated {
             run, task_context, ..
         } => format!(
-            "master {run} updated the TaskContext: status {:?}, goals {}",
+            "master {} updated the TaskContext: status {:?}, goals {}",
+            shown(run),
             task_context.overall_status,
             task_context
                 .goal_status
                 .iter()
-                .map(|g| format!("{}={}", g.goal, g.status))
+                .map(|g| format!("{}={}", shown(&g.goal), shown(&g.status.to_string())))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -437,11 +468,16 @@ fn context_line(master_run: &str, ev: &ContextEvent) -> String {
             expires_at,
             ..
         } => format!(
-            "stored {} ({size} bytes, {media_type}) until {expires_at} ms",
-            short_uri(uri)
+            "stored {} ({size} bytes, {}) until {expires_at} ms",
+            short_uri(uri),
+            shown(media_type)
         ),
         ContextEvent::BlobRead { reader, uri, .. } => {
-            format!("{reader} read {} (digest verified)", short_uri(uri))
+            format!(
+                "{} read {} (digest verified)",
+                shown(reader),
+                short_uri(uri)
+            )
         }
         ContextEvent::Refused {
             op,
@@ -462,7 +498,7 @@ fn context_line(master_run: &str, ev: &ContextEvent) -> String {
                 (Some(agent), _) => format!("agent {}", shown(agent)),
                 (None, _) => "an unnamed caller".to_string(),
             };
-            format!("{op} by {by} REFUSED ({code}): {message}")
+            format!("{} by {by} REFUSED ({code}): {}", shown(op), text(message))
         }
     }
 }
@@ -624,6 +660,38 @@ mod tests {
         for ms in [951_782_400_000u64, 4_102_444_799_999, 1_709_164_800_000] {
             assert_eq!(parse_as_of(&rfc3339_ms(ms)), Ok(AsOf::TimeMs(ms)));
         }
+    }
+
+    #[test]
+    fn text_from_the_log_cannot_forge_a_trail_line_or_drive_the_terminal() {
+        // As an older writer (or a forger) could have left it in the log.
+        let ev = ContextEvent::BlobPut {
+            task: "t1".into(),
+            uri: "bad".into(),
+            digest: "d".into(),
+            size: 2,
+            media_type: "text/plain) until 0 ms\nm   #2 closed succeeded \"all good\"\u{1b}[8m"
+                .into(),
+            expires_at: 0,
+            at: 0,
+        };
+        let line = context_line("m", &ev);
+        assert!(!line.contains('\n') && !line.contains('\u{1b}'), "{line}");
+        assert!(
+            line.contains("\\u{a}") && line.contains("\\u{1b}"),
+            "{line}"
+        );
+        let refused = ContextEvent::Refused {
+            op: "put_blob".into(),
+            code: "invalid_request".into(),
+            message: "bad\r\nm  #9 closed".into(),
+            agent: None,
+            task: "t1".into(),
+            at: 0,
+        };
+        let line = context_line("m", &refused);
+        assert!(!line.contains('\n') && !line.contains('\r'), "{line}");
+        assert_eq!(text("plain words, kept"), "plain words, kept");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use serde_json::Value;
 pub enum OpError {
     #[error("{0}")]
     BadRequest(String),
-    #[error("unknown op {0:?}; expected one of publish_agent, open_run, read_artifact, close_run, dispatch, open_task, update_task, put_blob, send_context, get_context, get_blob, return_context, evaluate, issue_token, revoke_token")]
+    #[error("unknown op {0:?}; expected one of {ops}", ops = super::request::OPS.join(", "))]
     UnknownOp(String),
     #[error("{0}")]
     Ledger(#[from] LedgerError),
@@ -191,6 +191,7 @@ pub fn execute(engine: &mut Engine, request: &Request) -> Result<Answer, OpError
             })
         }
         Request::PutBlob(r) => {
+            super::request::check_media_type(&r.media_type).map_err(OpError::BadRequest)?;
             let content = content_bytes("put_blob", r.content.as_deref(), r.content_b64.as_deref())
                 .map_err(OpError::BadRequest)?;
             let (uri, digest, size) = engine.put_blob(&r.task, &content, &r.media_type, r.ttl_s)?;
@@ -385,5 +386,18 @@ pub fn reply_as(engine: &mut Engine, grant: &Grant, v: &Value) -> (Reply, bool) 
     match result {
         Ok(done) => (Reply::Done(done), false),
         Err(e) => (Reply::Failed(e.failure()), e.is_machine()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_op_is_answered_with_every_op_there_is() {
+        let m = OpError::UnknownOp("x".into()).to_string();
+        for op in super::super::request::OPS {
+            assert!(m.contains(op), "{op} missing from {m}");
+        }
     }
 }

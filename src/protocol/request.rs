@@ -231,6 +231,7 @@ pub struct PutBlobOp {
     pub content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_b64: Option<String>,
+    /// RFC 6838 `type/subtype[; parameters]`, at most 255 bytes.
     #[serde(default = "default_media_type")]
     pub media_type: String,
     /// Seconds the reference stays readable.
@@ -354,6 +355,44 @@ pub fn json_kind(v: &Value) -> &'static str {
 }
 
 /// Content given as text or base64: exactly one of the two.
+/// Longest media type `put_blob` takes (RFC 6838 names are at most 127
+/// characters each side; parameters fit in what is left).
+pub const MAX_MEDIA_TYPE_BYTES: usize = 255;
+
+/// A media type as RFC 6838 writes one: `type/subtype` of restricted-name
+/// characters, then optional `; name=value` parameters of visible ASCII;
+/// at most [`MAX_MEDIA_TYPE_BYTES`]. What the trail shows, so nothing else.
+pub fn check_media_type(m: &str) -> Result<(), String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "put_blob: media_type {:?} {why}",
+            m.chars().take(80).collect::<String>()
+        ))
+    };
+    if m.len() > MAX_MEDIA_TYPE_BYTES {
+        return bad(&format!("is longer than {MAX_MEDIA_TYPE_BYTES} bytes"));
+    }
+    let (essence, params) = m.split_once(';').unwrap_or((m, ""));
+    let restricted = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 127
+            && s.as_bytes()[0].is_ascii_alphanumeric()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&^_.+-".contains(&b))
+    };
+    match essence.trim_end().split_once('/') {
+        Some((t, sub)) if restricted(t) && restricted(sub) => {}
+        _ => return bad("is not type/subtype (RFC 6838)"),
+    }
+    if !params
+        .bytes()
+        .all(|b| b == b' ' || b == b'\t' || b.is_ascii_graphic())
+    {
+        return bad("has characters a media type cannot hold");
+    }
+    Ok(())
+}
+
 pub fn content_bytes(what: &str, text: Option<&str>, b64: Option<&str>) -> Result<Vec<u8>, String> {
     use base64::Engine as _;
     match (text, b64) {
@@ -376,6 +415,38 @@ impl Content {
             Content::Parts(p) => {
                 content_bytes(what, p.content.as_deref(), p.content_b64.as_deref())
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn media_types_are_rfc_6838_names_and_nothing_that_could_forge_a_trail_line() {
+        for ok in [
+            "text/plain",
+            "application/vnd.acme+json",
+            "text/plain; charset=utf-8",
+            "image/svg+xml",
+        ] {
+            assert!(check_media_type(ok).is_ok(), "{ok}");
+        }
+        let long = format!("text/{}", "a".repeat(300));
+        for bad in [
+            "",
+            "text",
+            "/plain",
+            "text/",
+            "text/plain) until 0 ms\nm   #2 closed",
+            "text/plain; x=\u{1b}[8m",
+            "text/pl\0ain",
+            "text/pl ain",
+            long.as_str(),
+        ] {
+            let e = check_media_type(bad).unwrap_err();
+            assert!(e.contains("media_type"), "{e}");
         }
     }
 }
