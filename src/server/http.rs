@@ -140,6 +140,13 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(
+            super::intake::BodyLimits {
+                max_body,
+                timeout: state.opts.timeout,
+            },
+            super::intake::bounded_body,
+        ))
         .with_state(state)
 }
 

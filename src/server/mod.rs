@@ -8,6 +8,7 @@
 
 pub mod events;
 pub mod http;
+pub mod intake;
 pub mod ledger;
 pub mod metrics;
 pub mod otlp;
@@ -142,8 +143,7 @@ fn listen_until(
             }
         };
         let served = match tls {
-            None => axum::serve(listener, app)
-                .with_graceful_shutdown(signal)
+            None => intake::serve(listener, app, signal, intake::max_connections())
                 .await
                 .map_err(|e| LedgerError::io("serving HTTP", e)),
             Some(config) => {
@@ -156,11 +156,17 @@ fn listen_until(
                     signal.await;
                     // Requests in flight are answered; streams end on
                     // `stopping` by themselves.
-                    stop.graceful_shutdown(Some(Duration::from_secs(5)));
+                    stop.graceful_shutdown(Some(intake::SHUTDOWN_GRACE));
                 });
-                axum_server::from_tcp(listener)
+                let mut server = axum_server::from_tcp(listener)
                     .acceptor(tls::IdentifyingAcceptor::new(config))
-                    .handle(handle)
+                    .handle(handle);
+                server
+                    .http_builder()
+                    .http1()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(intake::HEADER_TIMEOUT);
+                server
                     .serve(app.into_make_service())
                     .await
                     .map_err(|e| LedgerError::io("serving HTTPS", e))

@@ -1,0 +1,217 @@
+//! What a connection may cost the server before a handler runs. Without
+//! these bounds one client holding a socket open could keep `serve` from
+//! stopping, and enough idle sockets could take every file descriptor the
+//! content store needs: request headers must arrive within
+//! [`HEADER_TIMEOUT`], a request body within the request timeout, a body
+//! declared over the limit is refused before it is read, connections are
+//! capped below the process's descriptor limit (the one past the cap is
+//! answered 503 at once), and on shutdown connections get
+//! [`SHUTDOWN_GRACE`] to finish before the server stops regardless.
+
+use super::http::failure_response;
+use crate::codes::Code;
+use crate::protocol::answer::Failure;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::Router;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+/// Longest wait for a request's headers, on a new connection or between
+/// requests on a kept-alive one.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long connections may take to finish once the server stops.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Descriptors kept free of connections: segments, views, the content
+/// store and the key files need their own.
+const RESERVED_FDS: u64 = 64;
+
+/// Most connections at once: what the descriptor limit leaves after the
+/// reserve, within [16, 4096].
+pub fn max_connections() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct it is given.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur
+    } else {
+        1024
+    };
+    soft.saturating_sub(RESERVED_FDS).clamp(16, 4096) as usize
+}
+
+/// Limits the body middleware enforces.
+#[derive(Clone, Copy)]
+pub struct BodyLimits {
+    pub max_body: usize,
+    pub timeout: Duration,
+}
+
+/// Read the request body whole, within the limit and the timeout, before
+/// the handler runs; answer as `apply` would when it cannot be.
+pub async fn bounded_body(State(limits): State<BodyLimits>, req: Request, next: Next) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits.max_body as u64) {
+        return too_long(declared, limits.max_body);
+    }
+    let bodiless = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
+        && declared.unwrap_or(0) == 0
+        && !req.headers().contains_key(header::TRANSFER_ENCODING);
+    if bodiless {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let read = tokio::time::timeout(limits.timeout, axum::body::to_bytes(body, limits.max_body));
+    match read.await {
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Ok(Err(e)) if is_over_limit(&e) => too_long(None, limits.max_body),
+        Ok(Err(e)) => failure_response(Failure::new(
+            Code::InvalidRequest,
+            format!("reading the request body: {e}"),
+        )),
+        Err(_) => {
+            let mut r = failure_response(Failure::new(
+                Code::Timeout,
+                format!(
+                    "the request body did not arrive within {} ms",
+                    limits.timeout.as_millis()
+                ),
+            ));
+            *r.status_mut() = StatusCode::REQUEST_TIMEOUT;
+            r
+        }
+    }
+}
+
+fn is_over_limit(e: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.to_string().contains("length limit exceeded") {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
+fn too_long(declared: Option<u64>, max: usize) -> Response {
+    let size = declared.map_or("a request body".to_string(), |n| {
+        format!("a request body of {n} bytes")
+    });
+    failure_response(Failure::new(
+        Code::LineTooLong,
+        format!("{size} is over the limit of {max} bytes (--max-body-bytes)"),
+    ))
+}
+
+/// Serve `app` on `listener` over HTTP/1.1 until `stop` resolves, within
+/// the bounds above.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    stop: impl Future<Output = ()>,
+    max_conns: usize,
+) -> std::io::Result<()> {
+    let slots = Arc::new(Semaphore::new(max_conns));
+    let (stopping_tx, stopping_rx) = watch::channel(false);
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = &mut stop => break,
+        };
+        let stream = match accepted {
+            Ok((s, _)) => s,
+            Err(e) => {
+                // Out of descriptors, or the peer gave up: not fatal.
+                tracing::warn!("accepting a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tokio::spawn(refuse_busy(stream, max_conns));
+            continue;
+        };
+        let app = app.clone();
+        let mut stopping = stopping_rx.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let svc =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let mut app = app.clone();
+                    tower_service::Service::call(&mut app, req.map(Body::new))
+                });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                .with_upgrades();
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = until_true(&mut stopping) => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    let _ = stopping_tx.send(true);
+    // Every slot back means every connection is done.
+    let all = slots.acquire_many(max_conns as u32);
+    if tokio::time::timeout(SHUTDOWN_GRACE, all).await.is_err() {
+        tracing::warn!(
+            "connections still open {} s after stopping; closing them",
+            SHUTDOWN_GRACE.as_secs()
+        );
+    }
+    Ok(())
+}
+
+async fn until_true(rx: &mut watch::Receiver<bool>) {
+    while !*rx.borrow_and_update() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The connection past the cap: told so and closed, rather than left to
+/// wait unanswered in the listen queue.
+async fn refuse_busy(mut stream: tokio::net::TcpStream, max: usize) {
+    let body = serde_json::to_string(&Failure::new(
+        Code::Overloaded,
+        format!("the server has {max} connections open already; retry shortly"),
+    ))
+    .expect("failures serialise");
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let write = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), write).await;
+}

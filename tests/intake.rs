@@ -1,0 +1,202 @@
+//! What a connection may cost `serve --listen` before a handler runs,
+//! with raw sockets: a body declared over the limit is refused before it
+//! is read, a body that never arrives is answered 408, headers that never
+//! finish are dropped and do not keep SIGTERM from stopping the server,
+//! and past the connection cap a client is told 503 at once while the
+//! descriptors the content store needs stay free.
+
+mod common;
+
+use common::server::{http, start, SESSIONS};
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn host_port(url: &str) -> String {
+    url.trim_start_matches("http://").to_string()
+}
+
+/// Send `head` (and nothing more) and read what comes back until the
+/// server closes or `wait` passes.
+fn send_and_read(addr: &str, head: &str, wait: Duration) -> (String, Duration) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(wait)).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    let t = Instant::now();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    (String::from_utf8_lossy(&out).into_owned(), t.elapsed())
+}
+
+fn token(url: &str) -> String {
+    SESSIONS.lock().unwrap()[url].clone()
+}
+
+#[test]
+fn bodies_over_the_limit_or_too_slow_are_answered_without_waiting_for_them() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(d.path(), None, &["--request-timeout-ms", "700"]);
+    let addr = host_port(&s.url);
+    let auth = format!("Authorization: Bearer {}\r\n", token(&s.url));
+    // Declared over the limit, body never sent: refused at once.
+    let (got, took) = send_and_read(
+        &addr,
+        &format!("POST /v1/ops HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 5000000\r\n\r\n"),
+        Duration::from_secs(20),
+    );
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    assert!(
+        got.contains("line_too_long") && got.contains("5000000"),
+        "{got}"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // Declared within the limit, half sent: 408 once the timeout passes.
+    let (got, took) = send_and_read(
+        &addr,
+        &format!("POST /v1/ops HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 17\r\n\r\n{{\"op\":"),
+        Duration::from_secs(20),
+    );
+    assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+    assert!(got.contains("\"code\":\"timeout\""), "{got}");
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    // The server answers as before.
+    let r = http(&s.url)
+        .post(format!("{}/v1/ops", s.url))
+        .body(json!({"op":"dispatch"}).to_string())
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+#[test]
+fn headers_that_never_finish_neither_hold_a_connection_nor_keep_sigterm_waiting() {
+    let d = tempfile::tempdir().unwrap();
+    let mut s = start(d.path(), None, &[]);
+    let addr = host_port(&s.url);
+    // Dropped once the header timeout passes.
+    let (got, took) = send_and_read(
+        &addr,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\n",
+        Duration::from_secs(40),
+    );
+    assert!(!got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(
+        took < agentledger::server::intake::HEADER_TIMEOUT + Duration::from_secs(5),
+        "held {took:?}"
+    );
+    // A client in the middle of its headers when SIGTERM comes: the
+    // server stops within its grace all the same.
+    let mut slow = TcpStream::connect(&addr).unwrap();
+    slow.write_all(b"POST /v1/ops HTTP/1.1\r\nHost: x\r\nContent-Le")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    let deadline = t + agentledger::server::intake::SHUTDOWN_GRACE + Duration::from_secs(10);
+    loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            assert!(status.success(), "{status:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve still running after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(slow);
+}
+
+#[test]
+fn past_the_connection_cap_clients_are_told_so_and_the_store_keeps_its_descriptors() {
+    let d = tempfile::tempdir().unwrap();
+    let stderr = d.path().join("serve.err");
+    // 100 descriptors: the cap leaves 64 of them to the ledger.
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 100 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_agentledger"))
+        .args(["--data"])
+        .arg(d.path())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let url = loop {
+        let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+        if let Some(u) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("agentledger: listening on "))
+        {
+            break u.trim().to_string();
+        }
+        assert!(Instant::now() < deadline, "serve did not listen: {text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let token = std::fs::read_to_string(d.path().join("serve.token")).unwrap();
+    let addr = host_port(&url);
+    let post = |s: &mut TcpStream, body: &str| -> String {
+        let req = format!(
+            "POST /v1/ops HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            token.trim(),
+            body.len()
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = s.read(&mut buf).unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    // A client connected before the crowd, kept alive.
+    let mut kept = TcpStream::connect(&addr).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let got = post(
+        &mut kept,
+        &json!({"op":"publish_agent","agent":"dev","scope":"acme/p",
+            "emits":[{"event":"e","context":"c","artifacts":["x"]}]})
+        .to_string(),
+    );
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    // A crowd of sockets that say nothing, all at once (each is dropped
+    // once the header timeout passes).
+    let crowd: Vec<TcpStream> = (0..60)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    let mut refused = 0;
+    for c in &crowd {
+        let mut c = c;
+        c.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut buf = [0u8; 512];
+        if let Ok(n) = c.read(&mut buf) {
+            let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if n > 0 {
+                assert!(got.starts_with("HTTP/1.1 503"), "{got}");
+                assert!(got.contains("overloaded"), "{got}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0, "no connection past the cap was told so");
+    // The kept connection still gets its work done, files and all.
+    for (i, body) in [
+        json!({"op":"open_run","run":"r1","agent":"dev"}),
+        json!({"op":"close_run","run":"r1","status":"succeeded","artifacts":{"x":"bytes of x"}}),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let got = post(&mut kept, &body.to_string());
+        assert!(got.starts_with("HTTP/1.1 200"), "{i}: {got}");
+    }
+    drop(crowd);
+    let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+    assert!(!text.contains("Too many open files"), "{text}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
