@@ -403,6 +403,21 @@ fn a_witness_cosigns_what_extends_and_refuses_a_rewritten_history() {
         (30..45).map(|i| json!({"op":"open_run","run":format!("r{i}"),"agent":"hotel"})),
     );
     let (old_note, _, _) = checkpoint_reaching(&c, &format!("{}/checkpoint", s.url), 45);
+    // Anyone may post well-formed lines to a ledger not told its
+    // witnesses' keys: eight of junk on the note the witness is about to
+    // cosign. Posted again, nothing more is kept; the witness, posting
+    // only its own line, is not crowded out.
+    let served = text(&c, &s.url, "/v1/log/ledger/0/checkpoint");
+    let junk: String = (0..8)
+        .map(|i| {
+            let sig = base64::engine::general_purpose::STANDARD.encode([i as u8; 76]);
+            format!("\u{2014} junk{i} {sig}\n")
+        })
+        .collect();
+    let (st, body) = post(format!("{served}{junk}"));
+    assert_eq!((st, body.contains("\"kept\":8")), (200, true), "{body}");
+    let (st, body) = post(format!("{served}{junk}"));
+    assert_eq!((st, body.contains("\"kept\":0")), (200, true), "{body}");
     let (code, lines, err) = witness_once(&wdir, &s.url, &token, &vkey);
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -560,4 +575,65 @@ fn a_witness_cosigns_what_extends_and_refuses_a_rewritten_history() {
     );
     assert_eq!(code, 1, "{out} {err}");
     assert!(out.contains("history was rewritten"), "{out}");
+}
+
+/// Told its witnesses' keys (`serve --witness-key`), the ledger keeps
+/// only their cosignatures, each verified: no caller can post in a
+/// witness's name or crowd one out with lines of its own.
+#[test]
+fn a_ledger_told_its_witnesses_keeps_only_their_valid_cosignatures() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let (code, _, err) = common::cli(&data, &["key", "generate", "--name", "tlog.example"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, vkey, _) = common::cli(&data, &["key", "show"]);
+    let vkey = vkey.trim().to_owned();
+    let wdir = d.path().join("witness");
+    let (code, wkey, err) = common::cli(&wdir, &["key", "generate", "--witness", "--name", "w1"]);
+    assert_eq!(code, 0, "{err}");
+    let s = start(
+        &data,
+        None,
+        &[
+            "--checkpoint-ms",
+            "100",
+            "--ledger-partitions",
+            "1",
+            "--witness-key",
+            wkey.trim(),
+        ],
+    );
+    post_ops(
+        &s.url,
+        std::iter::once(json!({"op":"publish_agent","agent":"hotel","scope":"acme/travel"}))
+            .chain((0..5).map(|i| json!({"op":"open_run","run":format!("r{i}"),"agent":"hotel"}))),
+    );
+    let c = http(&s.url);
+    checkpoint_reaching(&c, &format!("{}/checkpoint", s.url), 5);
+    let (code, token, err) = common::cli(&data, &["token", "issue", "--principal", "auditor"]);
+    assert_eq!(code, 0, "{err}");
+    checkpoint_reaching(&c, &format!("{}/v1/log/registry/0/checkpoint", s.url), 2);
+    let served = text(&c, &s.url, "/v1/log/ledger/0/checkpoint");
+    let post = |line: String| {
+        let r = c
+            .post(format!("{}/v1/log/ledger/0/cosignatures", s.url))
+            .body(format!("{served}{line}"))
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    let sig = base64::engine::general_purpose::STANDARD.encode([7u8; 76]);
+    let (st, body) = post(format!("\u{2014} junk {sig}\n"));
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("not a witness this ledger keeps"), "{body}");
+    let (st, body) = post(format!("\u{2014} w1 {sig}\n"));
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("does not verify"), "{body}");
+    // The witness itself is kept.
+    let (code, lines, err) = witness_once(&wdir, &s.url, token.trim(), &vkey);
+    assert_eq!(code, 0, "{err}");
+    assert!(lines.iter().all(|l| l["cosigned"] == true), "{lines:?}");
+    let witnessed = text(&c, &s.url, "/v1/log/ledger/0/witnessed");
+    assert!(witnessed.contains("\u{2014} w1 "), "{witnessed}");
+    assert!(!witnessed.contains("junk"), "{witnessed}");
 }

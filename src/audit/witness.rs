@@ -14,7 +14,7 @@
 
 use super::checkpoint::{self, Cosigned};
 use super::merkle::{root, verify_consistency, Hash};
-use super::note::{self, origin, CheckpointBody, SignerKey};
+use super::note::{self, origin, CheckpointBody, SignerKey, VerifierKey};
 use crate::codes::Code;
 use crate::error::{LedgerError, Refusal, Result};
 use crate::log::{Log, Topic};
@@ -106,6 +106,9 @@ pub fn judge(
 
 /// Cosignature lines one post may carry.
 const MAX_POSTED_LINES: usize = 8;
+/// Cosignature lines kept for one checkpoint (when the ledger was not
+/// told its witnesses' keys, any well-formed line counts).
+const MAX_KEPT_LINES: usize = 64;
 /// Bytes of a C2SP Ed25519 cosignature: key id, time, signature.
 const COSIGNATURE_BYTES: usize = 4 + 8 + 64;
 
@@ -122,6 +125,7 @@ pub fn accept(
     log: &dyn Log,
     views: &Views,
     key: &SignerKey,
+    witnesses: &[VerifierKey],
     topic: Topic,
     partition: u32,
     posted: &str,
@@ -168,6 +172,21 @@ pub fn accept(
                 "the line by {name} is not an Ed25519 cosignature (key id, time, signature)"
             )));
         }
+        // Told which witnesses to keep: only their valid cosignatures, so
+        // no caller can stand in for one or crowd one out.
+        if !witnesses.is_empty() {
+            let by = witnesses.iter().find(|w| w.name() == name);
+            let Some(w) = by else {
+                return Err(refuse(format!(
+                    "{name} is not a witness this ledger keeps cosignatures of (serve --witness-key)"
+                )));
+            };
+            if w.cosigned(&format!("{text}\n{line}")).is_err() {
+                return Err(refuse(format!(
+                    "the cosignature by {name} does not verify with its key"
+                )));
+            }
+        }
         if !theirs.contains(&line) {
             theirs.push(line);
         }
@@ -179,6 +198,34 @@ pub fn accept(
         return Err(refuse(format!(
             "{} cosignatures in one post; at most {MAX_POSTED_LINES}",
             theirs.len()
+        )));
+    }
+    // Lines kept already for this checkpoint are neither kept again nor
+    // counted: a witness re-posting what it was served is not refused
+    // for others' lines, and the topic does not grow by repeats.
+    let kept_before: Vec<String> = checkpoint::latest_cosigned(log, topic)?
+        .remove(&partition)
+        .filter(|c| c.size == body.size)
+        .map(|c| {
+            c.note
+                .lines()
+                .filter(|l| l.starts_with('\u{2014}'))
+                .map(|l| format!("{l}\n"))
+                .collect()
+        })
+        .unwrap_or_default();
+    theirs.retain(|l| !kept_before.contains(l));
+    if theirs.is_empty() {
+        return Ok(0);
+    }
+    let others = kept_before
+        .iter()
+        .filter(|l| own.as_deref() != Some(l.as_str()))
+        .count();
+    if others + theirs.len() > MAX_KEPT_LINES {
+        return Err(refuse(format!(
+            "{want} at {} records has {others} cosignatures kept already; at most {MAX_KEPT_LINES}",
+            body.size
         )));
     }
     let kept = theirs.len();

@@ -523,6 +523,12 @@ pub enum Command {
         /// The claim that names the principal (e.g. agent:hotel).
         #[arg(long, default_value = "sub")]
         jwt_principal_claim: String,
+        /// Keep cosignatures posted to the ledger only from this witness
+        /// (its key as `key show --witness` prints it, or a file holding
+        /// it), each verified; repeatable. Without it, any well-formed
+        /// cosignature line is kept, at most 64 per checkpoint.
+        #[arg(long, requires = "listen")]
+        witness_key: Vec<String>,
     },
     /// Follow the agent events actually published, as JSON lines.
     Subscribe {
@@ -978,6 +984,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             jwt_issuer,
             jwt_audience,
             jwt_principal_claim,
+            witness_key,
         } => serve::serve(
             &cli,
             &serve::ServeOptions {
@@ -1012,6 +1019,16 @@ fn run_command(cli: Cli) -> Result<i32> {
                         )),
                         None => None,
                     },
+                    witnesses: witness_key
+                        .iter()
+                        .map(|w| {
+                            let k = audit::verifier_key(w)?;
+                            if k.kind() != agentledger::audit::note::KeyKind::Witness {
+                                anyhow::bail!("--witness-key {w:?} is not a witness key (`key show --witness` prints one)");
+                            }
+                            Ok(k)
+                        })
+                        .collect::<Result<Vec<_>>>()?,
                 },
             },
             serve::shutdown_flag(),

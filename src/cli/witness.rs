@@ -158,8 +158,11 @@ fn round(
         );
         match outcome {
             Ok(Some(line)) => {
+                // The ledger's own signature and this witness's line only:
+                // others' lines served with the note are not ours to post.
+                let own = ledger_signed_only(&note, ledger.name());
                 let (status, said) =
-                    server.post_text(&format!("{prefix}cosignatures"), format!("{note}{line}"))?;
+                    server.post_text(&format!("{prefix}cosignatures"), format!("{own}{line}"))?;
                 if status != 200 {
                     anyhow::bail!(
                         "the ledger did not take the cosignature of {want}: HTTP {status}: {said}"
@@ -239,4 +242,20 @@ fn witness_one(
 /// The note already carries this witness's valid cosignature.
 fn already_cosigned(key: &SignerKey, note: &str) -> bool {
     key.verifier().cosigned(note).is_ok()
+}
+
+/// `note` with only the signature lines of `ledger` (the checkpoint key's
+/// name): the text a witness cosigns, as the ledger signed it.
+fn ledger_signed_only(note: &str, ledger: &str) -> String {
+    match agentledger::audit::note::split(note) {
+        Ok((text, lines)) => {
+            let own: String = lines
+                .iter()
+                .filter(|(name, _)| *name == ledger)
+                .map(|(name, sig)| format!("\u{2014} {name} {sig}\n"))
+                .collect();
+            format!("{text}\n{own}")
+        }
+        Err(_) => note.to_owned(),
+    }
 }

@@ -48,6 +48,9 @@ pub struct HttpOptions {
     /// Accept JWTs from this identity provider besides the ledger's own
     /// tokens.
     pub jwt: Option<Arc<jwt::JwtConfig>>,
+    /// Keep cosignatures only of these witnesses (each verified); none
+    /// given: any well-formed line, within a bound per checkpoint.
+    pub witnesses: Vec<crate::audit::note::VerifierKey>,
 }
 
 impl Default for HttpOptions {
@@ -59,6 +62,7 @@ impl Default for HttpOptions {
             max_streams: crate::limits::MAX_STREAMS,
             tls: None,
             jwt: None,
+            witnesses: Vec::new(),
         }
     }
 }
@@ -71,7 +75,7 @@ pub struct AppState {
     /// data dir's owner).
     session: [u8; 32],
     slots: Arc<Semaphore>,
-    opts: Arc<HttpOptions>,
+    pub(super) opts: Arc<HttpOptions>,
     /// Set when the server shuts down: streams end, sockets close.
     stopping: Arc<AtomicBool>,
     /// Event streams followed at once.

@@ -174,6 +174,7 @@ pub async fn cosignatures(
         }
     };
     let log = s.ledger.log.clone();
+    let witnesses = s.opts.witnesses.clone();
     let kept = read_job(&s, c, move |engine| {
         let t = chained(&topic, partition, |t| log.partitions(t))?;
         let Ok(note) = std::str::from_utf8(&body) else {
@@ -188,8 +189,16 @@ pub async fn cosignatures(
                 "this ledger signs no checkpoints (serve with a checkpoint key)",
             ));
         };
-        crate::audit::witness::accept(log.as_ref(), engine.views(), key, t, partition, note)
-            .map_err(|e| Failure::new(e.code(), e.to_string()))
+        crate::audit::witness::accept(
+            log.as_ref(),
+            engine.views(),
+            key,
+            &witnesses,
+            t,
+            partition,
+            note,
+        )
+        .map_err(|e| Failure::new(e.code(), e.to_string()))
     })
     .await;
     let r = match kept {
