@@ -38,6 +38,19 @@ impl Cursor {
                         offsets.len()
                     ));
                 }
+                // Past the end, events published later would be skipped
+                // unseen (a cursor from another or a reset ledger): refused.
+                let end = Cursor::end(log)?;
+                if let Some((p, (at, e))) = offsets
+                    .iter()
+                    .zip(&end.0)
+                    .enumerate()
+                    .find(|(_, (at, e))| at > e)
+                {
+                    return Err(format!(
+                        "cursor {t:?} is past the end of the published topic (partition {p} holds {e} events, the cursor is at {at}); was it from another ledger? resume from beginning or end"
+                    ));
+                }
                 Ok(Cursor(offsets))
             }
         }
@@ -190,5 +203,26 @@ mod tests {
         let outside =
             json!({"event": "code.ready", "artifacts": [{"labels": ["area:acme/platformer"]}]});
         assert!(!f.admits(&other) && !f.admits(&outside));
+    }
+
+    #[test]
+    fn a_cursor_past_the_end_of_the_topic_is_refused_not_followed() {
+        use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
+        let d = tempfile::tempdir().unwrap();
+        let log = EmbeddedLog::open(d.path(), &EmbeddedConfig::default()).unwrap();
+        let parts = log.partitions(Topic::Published) as usize;
+        log.append(Topic::Published, &[(b"k".to_vec(), b"{}".to_vec())])
+            .unwrap();
+        let end = Cursor::end(&log).unwrap();
+        assert_eq!(Cursor::parse(&end.id(), &log), Ok(end.clone()));
+        assert_eq!(Cursor::parse("beginning", &log), Ok(Cursor(vec![0; parts])));
+        let mut past = end.0.clone();
+        past[0] += 2;
+        let e = Cursor::parse(&Cursor(past).id(), &log).unwrap_err();
+        assert!(e.contains("past the end"), "{e}");
+        let huge = vec![u64::MAX.to_string(); parts].join(".");
+        assert!(Cursor::parse(&huge, &log)
+            .unwrap_err()
+            .contains("past the end"));
     }
 }
