@@ -1513,3 +1513,43 @@ fn a_serving_ledger_signs_its_records_within_the_checkpoint_interval() {
     assert_eq!(r.status().as_u16(), 400);
     assert!(r.text().unwrap().contains("key:"));
 }
+
+/// A WebSocket message over the body limit is answered `line_too_long`
+/// and the socket goes on; one far over it (past twice the limit) closes
+/// the socket with 1009 and a reason, not a bare close.
+#[test]
+fn a_websocket_message_over_the_limit_is_answered_and_the_socket_goes_on() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(d.path(), None, &["--max-body-bytes", "1000"]);
+    let ws_url = s.url.replace("http://", "ws://") + "/v1/ws";
+    let (mut ws, _) = tungstenite::connect(ws_request(&ws_url)).unwrap();
+    let mut ask = |text: String| -> Value {
+        ws.send(tungstenite::Message::text(text)).unwrap();
+        loop {
+            if let tungstenite::Message::Text(t) = ws.read().unwrap() {
+                break serde_json::from_str(t.as_str()).unwrap();
+            }
+        }
+    };
+    let over = json!({"op":"publish_agent","agent":"a","scope":"acme/x","pad":"x".repeat(1000)});
+    let a = ask(over.to_string());
+    assert_eq!(a["error"]["code"], "line_too_long", "{a}");
+    assert!(
+        a["error"]["message"].as_str().unwrap().contains("1000"),
+        "{a}"
+    );
+    let a = ask(json!({"op":"dispatch"}).to_string());
+    assert_eq!(a["ok"], true, "{a}");
+    ws.send(tungstenite::Message::text("x".repeat(2500)))
+        .unwrap();
+    let closed = loop {
+        match ws.read() {
+            Ok(tungstenite::Message::Close(f)) => break f,
+            Ok(_) => continue,
+            Err(e) => panic!("closed without a close frame: {e}"),
+        }
+    };
+    let f = closed.expect("a close frame with a code");
+    assert_eq!(u16::from(f.code), 1009, "{f:?}");
+    assert!(!f.reason.is_empty(), "{f:?}");
+}

@@ -1040,8 +1040,10 @@ async fn ws(
     };
     let max = s.opts.max_body;
     s.ledger.metrics.http("/v1/ws", 101);
+    // Read messages up to twice the limit, so one over it is answered
+    // `line_too_long` and the socket goes on; past that it is closed 1009.
     upgrade
-        .max_message_size(max)
+        .max_message_size(max.saturating_mul(2))
         .on_upgrade(move |socket| ws_session(s, caller, socket))
 }
 
@@ -1080,11 +1082,48 @@ async fn ws_session(s: AppState, caller: Caller, socket: WebSocket) {
     });
     let mut subscription: Option<tokio::task::JoinHandle<()>> = None;
     let text = |r: &Reply| Message::Text(reply_text(r).into());
-    while let Some(Ok(msg)) = incoming.next().await {
+    while let Some(msg) = incoming.next().await {
+        let msg = match msg {
+            Ok(m) => m,
+            Err(e) => {
+                // Say why before closing: a client sees a code and a reason
+                // instead of a bare close.
+                let why = e.to_string();
+                let code = if why.contains("too long") || why.contains("limit") {
+                    axum::extract::ws::close_code::SIZE
+                } else if why.contains("UTF-8") || why.contains("utf-8") {
+                    axum::extract::ws::close_code::INVALID
+                } else {
+                    axum::extract::ws::close_code::PROTOCOL
+                };
+                let reason: String = why.chars().take(120).collect();
+                let _ = tx
+                    .send(Message::Close(Some(axum::extract::ws::CloseFrame {
+                        code,
+                        reason: reason.into(),
+                    })))
+                    .await;
+                break;
+            }
+        };
         if s.stopping.load(Ordering::SeqCst) {
             break;
         }
         let bytes = match &msg {
+            Message::Text(t) if t.len() > s.opts.max_body => {
+                let f = Failure::new(
+                    Code::LineTooLong,
+                    format!(
+                        "a message of {} bytes is over the limit of {} bytes (--max-body-bytes)",
+                        t.len(),
+                        s.opts.max_body
+                    ),
+                );
+                if tx.send(text(&Reply::Failed(f))).await.is_err() {
+                    break;
+                }
+                continue;
+            }
             Message::Text(t) => t.as_bytes().to_vec(),
             Message::Binary(_) => {
                 let f = Failure::new(
