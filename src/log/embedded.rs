@@ -267,6 +267,7 @@ impl Partition {
         label: String,
         roll_bytes: u64,
         access: Access,
+        may_cut: &dyn Fn(u64) -> Result<(), String>,
     ) -> Result<(Self, Option<TornTail>), LogError> {
         let read_only = access == Access::ReadOnly;
         let mut left_torn = None;
@@ -342,6 +343,13 @@ impl Partition {
                         why,
                     });
                 } else {
+                    let first = base + positions.len() as u64;
+                    if let Err(attested) = may_cut(first) {
+                        return Err(LogError::Corrupt(format!(
+                            "{} at byte {pos} (record offset {first}): {why}; {attested}, so it was durable before: this is damage, not a torn tail from a crash, and nothing was cut (restore the segment from a copy)",
+                            path.display()
+                        )));
+                    }
                     tracing::warn!(
                         segment = %path.display(),
                         position = pos,
@@ -666,6 +674,122 @@ impl std::fmt::Display for TornTail {
     }
 }
 
+/// Where the checkpoints on the topic end, per (topic, partition): the
+/// offset after the last record some checkpoint attests. Records below it
+/// were durable before their checkpoint was written, so a bad frame there
+/// is damage, never a crash's tear. Read only when a tail is to be cut;
+/// a checkpoint record that does not parse attests nothing here.
+fn attested_ends(checkpoints: &[Partition]) -> BTreeMap<(String, u32), u64> {
+    #[derive(serde::Deserialize)]
+    struct Span {
+        topic: String,
+        partition: u32,
+        to: u64,
+    }
+    let mut ends: BTreeMap<(String, u32), u64> = BTreeMap::new();
+    for part in checkpoints {
+        let mut at = 0;
+        loop {
+            let mut seen = 0u64;
+            let after = part.scan(at, 256, &mut |r| {
+                seen += 1;
+                if let Ok(span) = serde_json::from_slice::<Span>(r.payload) {
+                    let e = ends.entry((span.topic, span.partition)).or_default();
+                    *e = (*e).max(span.to);
+                }
+                std::ops::ControlFlow::Continue(())
+            });
+            match after {
+                Ok(a) if seen > 0 && a > at => at = a,
+                _ => break,
+            }
+        }
+    }
+    ends
+}
+
+/// The name of the file holding a topic's partition count.
+const PARTITIONS_FILE: &str = "partitions";
+
+/// How many partitions a topic has: fixed when it is created and written
+/// beside them, so a directory added or lost later is named rather than
+/// taken as another partition count (which would move chains to other
+/// partitions, or drop one's records unseen). A topic from before the
+/// file counts its directories, which must then run 0, 1, … without a gap.
+fn partition_count(
+    tdir: &Path,
+    topic: Topic,
+    config: &EmbeddedConfig,
+    access: Access,
+) -> Result<u32, LogError> {
+    let mut existing: Vec<u32> = match fs::read_dir(tdir) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    existing.sort_unstable();
+    let file = tdir.join(PARTITIONS_FILE);
+    let recorded = match fs::read_to_string(&file) {
+        Ok(t) => Some(
+            t.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    LogError::Corrupt(format!(
+                        "{}: not a partition count: {:?}",
+                        file.display(),
+                        t.chars().take(40).collect::<String>()
+                    ))
+                })?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(LogError::io(format!("read {}", file.display()), e)),
+    };
+    let count = match recorded {
+        Some(n) => n,
+        None if existing.is_empty() => match topic {
+            Topic::Ledger => config.ledger_partitions.max(1),
+            _ => 1,
+        },
+        None => existing.last().map_or(1, |m| m + 1),
+    };
+    let want: Vec<u32> = (0..count).collect();
+    let fresh = existing.is_empty() && recorded.is_none();
+    if !fresh && existing != want {
+        let missing: Vec<u32> = want
+            .iter()
+            .filter(|p| !existing.contains(p))
+            .copied()
+            .collect();
+        let extra: Vec<u32> = existing
+            .iter()
+            .filter(|p| !want.contains(p))
+            .copied()
+            .collect();
+        return Err(LogError::Corrupt(format!(
+            "{}: the topic has {count} partitions{}, but {}{}; nothing was opened (restore or remove the directories named)",
+            tdir.display(),
+            if recorded.is_some() { format!(" ({})", file.display()) } else { String::new() },
+            if missing.is_empty() { String::new() } else { format!("partition directories {missing:?} are missing") },
+            if extra.is_empty() { String::new() } else { format!("{}directories {extra:?} are not its partitions", if missing.is_empty() { "" } else { " and " }) },
+        )));
+    }
+    if access == Access::Write && recorded.is_none() {
+        crate::private_files::create_dir_all(tdir)
+            .map_err(|e| LogError::io(format!("create {}", tdir.display()), e))?;
+        let tmp = tdir.join(format!("{PARTITIONS_FILE}.tmp"));
+        crate::private_files::write(&tmp, format!("{count}\n"))
+            .and_then(|_| File::open(&tmp).and_then(|f| f.sync_all()))
+            .and_then(|_| fs::rename(&tmp, &file))
+            .map_err(|e| LogError::io(format!("write {}", file.display()), e))?;
+        sync_dir(tdir)?;
+    }
+    Ok(count)
+}
+
 impl EmbeddedLog {
     /// Open (or create) the embedded log in `dir`. The partition count of a
     /// topic is fixed when the topic is first created and read back after.
@@ -703,32 +827,41 @@ impl EmbeddedLog {
                 .map_err(|e| LogError::io(format!("create {}", dir.display()), e))?;
         }
         let mut torn = Vec::new();
-        let mut topics = BTreeMap::new();
+        let mut topics: BTreeMap<Topic, Vec<Partition>> = BTreeMap::new();
         let syncs: Arc<std::sync::atomic::AtomicU64> = Default::default();
-        for topic in Topic::ALL {
+        // The checkpoints first: a tail of a ledger or registry partition
+        // that a checkpoint attests is not cut as a tear (see `attested`).
+        let order = std::iter::once(Topic::Checkpoints)
+            .chain(Topic::ALL.into_iter().filter(|t| *t != Topic::Checkpoints));
+        let attested: std::cell::OnceCell<BTreeMap<(String, u32), u64>> =
+            std::cell::OnceCell::new();
+        for topic in order {
             let tdir = dir.join(format!("{}{}", config.topic_prefix, topic.name()));
-            let existing: Vec<u32> = match fs::read_dir(&tdir) {
-                Ok(rd) => rd
-                    .filter_map(|e| e.ok())
-                    .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-                    .collect(),
-                Err(_) => Vec::new(),
-            };
-            let count = if existing.is_empty() {
-                match topic {
-                    Topic::Ledger => config.ledger_partitions.max(1),
-                    _ => 1,
-                }
-            } else {
-                existing.iter().max().map(|m| m + 1).unwrap_or(1)
-            };
+            let count = partition_count(&tdir, topic, config, access)?;
             let mut parts = Vec::with_capacity(count as usize);
             for p in 0..count {
+                let may_cut = |first: u64| -> Result<(), String> {
+                    if topic == Topic::Checkpoints {
+                        return Ok(());
+                    }
+                    let ends = attested.get_or_init(|| {
+                        attested_ends(topics.get(&Topic::Checkpoints).map_or(&[][..], |v| v))
+                    });
+                    match ends.get(&(topic.name().to_string(), p)) {
+                        Some(&to) if to > first => Err(format!(
+                            "a checkpoint attests {}/{p} up to offset {}",
+                            topic.name(),
+                            to - 1
+                        )),
+                        _ => Ok(()),
+                    }
+                };
                 let (part, tail) = Partition::open(
                     tdir.join(p.to_string()),
                     format!("{}/{}", topic.name(), p),
                     config.segment_roll_bytes,
                     access,
+                    &may_cut,
                 )?;
                 let mut part = part;
                 part.syncs = syncs.clone();
@@ -888,6 +1021,13 @@ mod tests {
         EmbeddedLog::open(dir, &EmbeddedConfig::default()).unwrap()
     }
 
+    fn open_err(r: Result<EmbeddedLog, LogError>) -> String {
+        match r {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("opened"),
+        }
+    }
+
     #[test]
     fn a_group_syncs_every_topic_premises_first() {
         let at = |t: Topic| SYNC_ORDER.iter().position(|x| *x == t).unwrap();
@@ -950,6 +1090,122 @@ mod tests {
         let log = open(d.path());
         let got = log.read(Topic::Registry, 0, 0, 10).unwrap();
         assert_eq!(got[2].payload, b"three");
+    }
+
+    #[test]
+    fn a_tail_a_checkpoint_attests_is_damage_not_a_tear() {
+        let d = tempfile::tempdir().unwrap();
+        let log = open(d.path());
+        for i in 0..3 {
+            log.append(
+                Topic::Registry,
+                &[(b"k".to_vec(), format!("rec{i}").into_bytes())],
+            )
+            .unwrap();
+        }
+        // A checkpoint attesting all three.
+        let cp = serde_json::json!({"schema":"x","topic":"registry","partition":0,"from":0,"to":3});
+        log.append(
+            Topic::Checkpoints,
+            &[(b"registry/0".to_vec(), cp.to_string().into_bytes())],
+        )
+        .unwrap();
+        drop(log);
+        // The last (attested) frame cut short: what a tear would look like.
+        let seg = seg0(d.path());
+        let len = std::fs::metadata(&seg).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&seg)
+            .unwrap()
+            .set_len(len - 3)
+            .unwrap();
+        let m = match EmbeddedLog::open(d.path(), &EmbeddedConfig::default()) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("opened"),
+        };
+        assert!(
+            m.contains("a checkpoint attests registry/0 up to offset 2"),
+            "{m}"
+        );
+        assert!(m.contains("record offset 2"), "{m}");
+        assert_eq!(
+            std::fs::metadata(&seg).unwrap().len(),
+            len - 3,
+            "nothing was cut"
+        );
+        // Read-only, the intact records are still there to read.
+        let ro = EmbeddedLog::open_read_only(d.path(), &EmbeddedConfig::default()).unwrap();
+        assert_eq!(ro.end_offset(Topic::Registry, 0).unwrap(), 2);
+        drop(ro);
+        // A tear past what the checkpoints attest is cut as before.
+        let d2 = tempfile::tempdir().unwrap();
+        let log = open(d2.path());
+        for i in 0..3 {
+            log.append(
+                Topic::Registry,
+                &[(b"k".to_vec(), format!("rec{i}").into_bytes())],
+            )
+            .unwrap();
+        }
+        let cp = serde_json::json!({"topic":"registry","partition":0,"from":0,"to":2});
+        log.append(
+            Topic::Checkpoints,
+            &[(b"registry/0".to_vec(), cp.to_string().into_bytes())],
+        )
+        .unwrap();
+        drop(log);
+        let seg = seg0(d2.path());
+        let len = std::fs::metadata(&seg).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&seg)
+            .unwrap()
+            .set_len(len - 3)
+            .unwrap();
+        let log = open(d2.path());
+        assert_eq!(log.end_offset(Topic::Registry, 0).unwrap(), 2);
+    }
+
+    #[test]
+    fn a_partition_directory_added_or_lost_is_named_not_counted() {
+        let d = tempfile::tempdir().unwrap();
+        let config = EmbeddedConfig::default();
+        let log = open(d.path());
+        let n = log.partitions(Topic::Ledger);
+        log.append(Topic::Ledger, &[(b"chain-a".to_vec(), b"r".to_vec())])
+            .unwrap();
+        drop(log);
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("ledger/partitions")).unwrap(),
+            format!("{n}\n")
+        );
+        // A stray directory: not a fifth partition.
+        let stray = d.path().join(format!("ledger/{n}"));
+        std::fs::create_dir(&stray).unwrap();
+        let m = open_err(EmbeddedLog::open(d.path(), &config));
+        assert!(
+            m.contains(&format!("directories [{n}] are not its partitions")),
+            "{m}"
+        );
+        let m = open_err(EmbeddedLog::open_read_only(d.path(), &config));
+        assert!(m.contains("are not its partitions"), "{m}");
+        std::fs::remove_dir(&stray).unwrap();
+        // A lost one: not one partition fewer.
+        let last = d.path().join(format!("ledger/{}", n - 1));
+        let moved = d.path().join("moved");
+        std::fs::rename(&last, &moved).unwrap();
+        let m = open_err(EmbeddedLog::open(d.path(), &config));
+        assert!(
+            m.contains(&format!("partition directories [{}] are missing", n - 1)),
+            "{m}"
+        );
+        std::fs::rename(&moved, &last).unwrap();
+        assert_eq!(open(d.path()).partitions(Topic::Ledger), n);
+        // A log from before the count was kept: counted once, then kept.
+        std::fs::remove_file(d.path().join("ledger/partitions")).unwrap();
+        assert_eq!(open(d.path()).partitions(Topic::Ledger), n);
+        assert!(d.path().join("ledger/partitions").exists());
     }
 
     #[test]
