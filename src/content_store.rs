@@ -139,10 +139,24 @@ impl ContentStore {
         let content_ref = ContentRef::for_sha256(&sha256);
         let hex = content_ref.hex().to_owned();
         let path = self.path_of(&hex);
-        let refreshed = fs::File::options()
-            .append(true)
-            .open(&path)
-            .and_then(|f| f.set_modified(SystemTime::now()));
+        // A copy already there is kept only if it still holds these bytes:
+        // a damaged one is replaced, not left to fail every later read.
+        let intact = match fs::read(&path) {
+            Ok(held) if held == bytes => true,
+            Ok(_) => {
+                tracing::warn!(blob = %path.display(), "stored copy does not match its digest; replacing it with the bytes put now");
+                false
+            }
+            Err(_) => false,
+        };
+        let refreshed = if intact {
+            fs::File::options()
+                .append(true)
+                .open(&path)
+                .and_then(|f| f.set_modified(SystemTime::now()))
+        } else {
+            Err(std::io::Error::other("absent or damaged"))
+        };
         if refreshed.is_err() {
             let parent = path.parent().unwrap_or(&self.dir).to_path_buf();
             private_files::create_dir_all(&parent)
@@ -417,6 +431,9 @@ mod tests {
             s.get(&b.uri),
             Err(StoreError::DigestMismatch { .. })
         ));
+        // The same bytes put again repair the damaged copy.
+        assert_eq!(s.put(b"hello").unwrap().uri, b.uri);
+        assert_eq!(s.get(&b.uri).unwrap(), b"hello");
     }
 
     #[test]
