@@ -1553,3 +1553,43 @@ fn a_websocket_message_over_the_limit_is_answered_and_the_socket_goes_on() {
     assert_eq!(u16::from(f.code), 1009, "{f:?}");
     assert!(!f.reason.is_empty(), "{f:?}");
 }
+
+/// An event stream lasts as long as its credential: revoking the token
+/// that opened it ends it (SSE here; a subscribed socket the same way).
+#[test]
+fn revoking_a_token_ends_the_event_streams_it_opened() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(d.path(), None, &[]);
+    let (code, out, err) = common::cli(
+        d.path(),
+        &["--json", "token", "issue", "--principal", "consumer"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let issued: Value = serde_json::from_str(out.trim()).unwrap();
+    let token = issued["token"].as_str().unwrap().to_owned();
+    let id = issued["id"].as_str().unwrap().to_owned();
+    let stream = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+        .get(format!("{}/v1/events?from=beginning", s.url))
+        .header("authorization", format!("Bearer {token}"))
+        .send()
+        .unwrap();
+    assert_eq!(stream.status().as_u16(), 200);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut stream = stream;
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink);
+        let _ = done_tx.send(());
+    });
+    // Still open while the token stands.
+    assert!(done_rx.recv_timeout(Duration::from_secs(3)).is_err());
+    let (code, _, err) = common::cli(d.path(), &["token", "revoke", &id]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        done_rx.recv_timeout(Duration::from_secs(15)).is_ok(),
+        "the stream outlived its revoked token"
+    );
+}

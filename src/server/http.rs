@@ -935,6 +935,7 @@ fn start_cursor(
 /// it will.
 fn follow(
     s: &AppState,
+    caller: Caller,
     mut cursor: Cursor,
     filter: Filter,
 ) -> Option<tokio::sync::mpsc::Receiver<events::Published>> {
@@ -942,9 +943,24 @@ fn follow(
     let (tx, rx) = tokio::sync::mpsc::channel(256);
     let log = s.ledger.log.clone();
     let stopping = s.stopping.clone();
+    let state = s.clone();
     tokio::spawn(async move {
         let _slot = slot;
+        let mut checked = std::time::Instant::now();
         while !stopping.load(Ordering::SeqCst) && !tx.is_closed() {
+            // A stream lasts as long as its credential: a token revoked
+            // or expired (or a grant narrowed) ends it within a recheck.
+            if checked.elapsed() >= STREAM_RECHECK {
+                checked = std::time::Instant::now();
+                let still =
+                    permit(&state, caller.clone(), Permit::Events(filter.scope.clone())).await;
+                if let Err(f) = still {
+                    if matches!(f.error.code, Code::Unauthenticated | Code::Forbidden) {
+                        tracing::info!("an event stream ended: {}", f.error.message);
+                        return;
+                    }
+                }
+            }
             let (l, f, mut c) = (log.clone(), filter.clone(), cursor.clone());
             let read = tokio::task::spawn_blocking(move || {
                 let got = events::next_batch(l.as_ref(), &mut c, &f, Duration::from_millis(200));
@@ -971,6 +987,9 @@ fn follow(
     Some(rx)
 }
 
+/// How often a followed stream's credential is checked again.
+const STREAM_RECHECK: Duration = Duration::from_secs(2);
+
 fn too_many_streams(max: usize) -> Failure {
     Failure::new(
         Code::Overloaded,
@@ -993,7 +1012,16 @@ async fn sse_events(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    if let Err(r) = admitted(&s, &headers, Permit::Events(p.scope.clone())).await {
+    let who = match caller(&s, &headers) {
+        Ok(c) => c,
+        Err(f) => {
+            let r = failure_response(f);
+            s.ledger.metrics.http("/v1/events", r.status().as_u16());
+            return r;
+        }
+    };
+    if let Err(f) = permit(&s, who.clone(), Permit::Events(p.scope.clone())).await {
+        let r = failure_response(f);
         s.ledger.metrics.http("/v1/events", r.status().as_u16());
         return r;
     }
@@ -1006,7 +1034,7 @@ async fn sse_events(
         event: p.event,
     };
     s.ledger.metrics.http("/v1/events", 200);
-    let Some(rx) = follow(&s, cursor, filter) else {
+    let Some(rx) = follow(&s, who, cursor, filter) else {
         return failure_response(too_many_streams(s.opts.max_streams));
     };
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -1152,7 +1180,8 @@ async fn ws_session(s: AppState, caller: Caller, socket: WebSocket) {
                             old.abort();
                         }
                         let from = cursor.id();
-                        let Some(mut events) = follow(&s, cursor, sub.filter) else {
+                        let Some(mut events) = follow(&s, caller.clone(), cursor, sub.filter)
+                        else {
                             if tx
                                 .send(text(&Reply::Failed(too_many_streams(s.opts.max_streams))))
                                 .await
