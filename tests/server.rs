@@ -1593,3 +1593,27 @@ fn revoking_a_token_ends_the_event_streams_it_opened() {
         "the stream outlived its revoked token"
     );
 }
+
+/// Every error is the answer object, also where the framework refuses a
+/// path, a query or a method, and for routes that do not exist.
+#[test]
+fn every_error_is_the_answer_object() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(d.path(), None, &[]);
+    let c = http(&s.url);
+    for (path, status, code) in [
+        ("/v1/nothing-here", 404, "not_found"),
+        ("/v1/runs/r1/trail?chain=maybe", 400, "invalid_request"),
+        ("/v1/log/ledger/-1/checkpoint", 400, "invalid_request"),
+        ("/v1/runs/%ff/trail", 400, "invalid_request"),
+        ("/v1/ops", 405, "invalid_request"),
+    ] {
+        let r = c.get(format!("{}{path}", s.url)).send().unwrap();
+        assert_eq!(r.status().as_u16(), status, "{path}");
+        assert_eq!(r.headers()["content-type"], "application/json", "{path}");
+        let a: Value = serde_json::from_str(&r.text().unwrap()).unwrap();
+        assert_eq!(a["ok"], false, "{path}: {a}");
+        assert_eq!(a["error"]["code"], code, "{path}: {a}");
+        assert!(!a["error"]["message"].as_str().unwrap().is_empty(), "{a}");
+    }
+}

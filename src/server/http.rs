@@ -143,7 +143,9 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
+        .fallback(|| async { StatusCode::NOT_FOUND })
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn(super::intake::json_errors))
         .layer(axum::middleware::from_fn_with_state(
             super::intake::BodyLimits {
                 max_body,

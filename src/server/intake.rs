@@ -101,6 +101,47 @@ pub async fn bounded_body(State(limits): State<BodyLimits>, req: Request, next: 
     }
 }
 
+/// Answers that are not the answer object (axum's own rejections of a
+/// path, a query or a method, and routes that do not exist) become one, so
+/// every error a client reads is `{"ok":false,"error":{"code","message"}}`.
+pub async fn json_errors(req: Request, next: Next) -> Response {
+    let r = next.run(req).await;
+    let status = r.status();
+    let plain = r
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|t| t.starts_with("text/plain"));
+    if !(status.is_client_error() || status.is_server_error()) || !plain {
+        return r;
+    }
+    let (parts, body) = r.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&text).trim().to_string();
+    let code = match status {
+        StatusCode::NOT_FOUND => Code::NotFound,
+        StatusCode::PAYLOAD_TOO_LARGE => Code::LineTooLong,
+        s if s.is_server_error() => Code::InternalError,
+        _ => Code::InvalidRequest,
+    };
+    let message = match (text.is_empty(), status) {
+        (false, _) => text,
+        (true, StatusCode::NOT_FOUND) => "no such route (see the README's table of routes)".into(),
+        (true, StatusCode::METHOD_NOT_ALLOWED) => "this route does not take that method".into(),
+        (true, s) => s.canonical_reason().unwrap_or("refused").to_string(),
+    };
+    let mut out = failure_response(Failure::new(code, message));
+    *out.status_mut() = status;
+    for (k, v) in parts.headers.iter() {
+        if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH {
+            out.headers_mut().insert(k.clone(), v.clone());
+        }
+    }
+    out
+}
+
 fn is_over_limit(e: &axum::Error) -> bool {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(c) = cause {
