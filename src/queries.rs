@@ -146,6 +146,9 @@ impl Said {
 /// Answer `q`, as JSON lines when `json`, else as text (an export is JSON
 /// lines either way).
 pub fn answer(engine: &mut Engine, q: &Query, json: bool) -> Result<Said, LedgerError> {
+    if let Some(refused) = not_a_name(q) {
+        return Ok(refused);
+    }
     let said = match q {
         Query::Export { run, chain, as_of } => {
             export(engine, run.as_deref(), chain.as_deref(), *as_of)
@@ -163,6 +166,36 @@ pub fn answer(engine: &mut Engine, q: &Query, json: bool) -> Result<Said, Ledger
         Err(e) if e.is_refusal() => Ok(Said::refused(e.code(), e.to_string())),
         other => other,
     }
+}
+
+/// A question naming what cannot be a name (a run, agent or task): refused
+/// `invalid_name` before anything is looked up, echoing at most 100
+/// characters of it.
+fn not_a_name(q: &Query) -> Option<Said> {
+    let names: Vec<(&str, &str)> = match q {
+        Query::Trail { run, .. }
+        | Query::Chain { run }
+        | Query::Picture { run, .. }
+        | Query::Trace { run, .. } => vec![("run", run)],
+        Query::Agent { name } => vec![("agent", name)],
+        Query::Stats { task } => vec![("task", task)],
+        Query::Export { run, chain, .. } => run
+            .iter()
+            .map(|r| ("run", r.as_str()))
+            .chain(chain.iter().map(|c| ("chain root", c.as_str())))
+            .collect(),
+        Query::Status | Query::Tokens => Vec::new(),
+    };
+    let (what, name) = names
+        .into_iter()
+        .find(|(_, n)| !crate::model::ids::valid_name(n))?;
+    Some(Said::refused(
+        Code::InvalidName,
+        format!(
+            "{what} {:?} is not a name (1–128 of letters, digits, -_.:)",
+            name.chars().take(100).collect::<String>()
+        ),
+    ))
 }
 
 macro_rules! line {

@@ -1607,6 +1607,13 @@ fn every_error_is_the_answer_object() {
         ("/v1/log/ledger/-1/checkpoint", 400, "invalid_request"),
         ("/v1/runs/%ff/trail", 400, "invalid_request"),
         ("/v1/ops", 405, "invalid_request"),
+        ("/v1/runs/a%2Fb/trail", 400, "invalid_name"),
+        ("/v1/runs/r%00/trail", 400, "invalid_name"),
+        ("/v1/agents/%00", 400, "invalid_name"),
+        ("/v1/tasks/a%20b/stats", 400, "invalid_name"),
+        ("/v1/runs/r1/chain?as_of=0", 400, "invalid_request"),
+        ("/v1/agents/a?as_of=zz", 400, "invalid_request"),
+        ("/v1/status?chain=true", 400, "invalid_request"),
     ] {
         let r = c.get(format!("{}{path}", s.url)).send().unwrap();
         assert_eq!(r.status().as_u16(), status, "{path}");
@@ -1616,4 +1623,12 @@ fn every_error_is_the_answer_object() {
         assert_eq!(a["error"]["code"], code, "{path}: {a}");
         assert!(!a["error"]["message"].as_str().unwrap().is_empty(), "{a}");
     }
+    // A name of 50,000 characters is not echoed whole.
+    let long = "x".repeat(50_000);
+    let r = c
+        .get(format!("{}/v1/runs/{long}!/trail", s.url))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(r.text().unwrap().len() < 1000);
 }

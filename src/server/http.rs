@@ -535,6 +535,25 @@ async fn ask(
     response
 }
 
+/// What a read route's query must be before it is asked: `as_of` and
+/// `chain` only where they mean something (names are the query's own
+/// check, the same through the CLI).
+fn read_shape(q: &Query, params: &ReadParams) -> Result<(), Failure> {
+    if params.as_of.is_some() && !matches!(q, Query::Trail { .. }) {
+        return Err(Failure::new(
+            Code::InvalidRequest,
+            "as_of applies to a run's trail (and to /v1/export) only",
+        ));
+    }
+    if params.chain.is_some() && !matches!(q, Query::Trail { .. } | Query::Trace { .. }) {
+        return Err(Failure::new(
+            Code::InvalidRequest,
+            "chain applies to a run's trail and trace only",
+        ));
+    }
+    Ok(())
+}
+
 /// A read, in one job of the ledger thread: the caller's token checked
 /// and its grant held to the policy, then the question answered.
 async fn ask_inner(s: &AppState, caller: Caller, q: Query, params: &ReadParams) -> Response {
@@ -553,9 +572,11 @@ async fn ask_inner(s: &AppState, caller: Caller, q: Query, params: &ReadParams) 
             format!("format {other:?} is not json or text"),
         )),
     };
+    let shape = read_shape(&q, params);
     let said = read_job(s, caller, move |engine| {
         // Who may not ask learns nothing, not even that the format is wrong.
         let json = json?;
+        shape?;
         queries::answer(engine, &q, json).map_err(|e| Failure::new(e.code(), e.to_string()))
     })
     .await;
