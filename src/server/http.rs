@@ -380,21 +380,40 @@ fn prefers_event_stream(headers: &HeaderMap) -> bool {
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    match (
-        accept.find("text/event-stream"),
-        accept.find("application/json"),
-    ) {
-        (Some(_), None) => true,
-        (Some(sse), Some(json)) => sse < json,
-        _ => false,
+    // RFC 9110 §12.5.1: the highest q wins; on a tie, the one listed first.
+    let mut best: Option<(f32, bool)> = None;
+    for range in accept.split(',') {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let q = parts
+            .filter_map(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .or_else(|| p.trim().strip_prefix("Q="))
+            })
+            .find_map(|q| q.trim().parse::<f32>().ok())
+            .unwrap_or(1.0);
+        let sse = match media.as_str() {
+            "text/event-stream" => true,
+            "application/json" => false,
+            _ => continue,
+        };
+        if q > 0.0 && best.is_none_or(|(b, _)| q > b) {
+            best = Some((q, sse));
+        }
     }
+    best.is_some_and(|(_, sse)| sse)
 }
 
 fn is_ndjson(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.starts_with("application/x-ndjson"))
+        .is_some_and(|t| {
+            t.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/x-ndjson")
+        })
 }
 
 /// Split an ndjson body into request lines (blank lines are skipped, as
@@ -1262,4 +1281,33 @@ async fn ws_session(s: AppState, caller: Caller, socket: WebSocket) {
     }
     drop(tx);
     let _ = writer.await;
+}
+
+#[cfg(test)]
+mod accept_tests {
+    use super::*;
+
+    fn prefers(accept: &str) -> bool {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, HeaderValue::from_str(accept).unwrap());
+        prefers_event_stream(&h)
+    }
+
+    #[test]
+    fn the_highest_q_wins_and_a_tie_goes_to_the_first() {
+        assert!(prefers("text/event-stream"));
+        assert!(!prefers("application/json"));
+        assert!(prefers("application/json;q=0.1, text/event-stream;q=0.9"));
+        assert!(!prefers("text/event-stream;q=0.5, application/json"));
+        assert!(prefers("text/event-stream, application/json"));
+        assert!(!prefers("application/json, text/event-stream"));
+        assert!(!prefers("text/event-stream;q=0"));
+        assert!(prefers("Text/Event-Stream"));
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("Application/X-NDJSON"),
+        );
+        assert!(is_ndjson(&h));
+    }
 }
