@@ -609,8 +609,28 @@ fn jwts_from_an_identity_provider_authenticate_by_their_claim() {
         &jsonwebtoken::EncodingKey::from_secret(b"guessable"),
     )
     .unwrap();
+    // A header marking an extension critical, signed properly.
+    let crit = {
+        let header = json!({"alg":"EdDSA","kid":"ed","typ":"JWT","crit":["x-ext"],"x-ext":1});
+        let signing_input = format!(
+            "{}.{}",
+            b64(header.to_string().as_bytes()),
+            b64(claims("agent:hotel").to_string().as_bytes())
+        );
+        let sig = jsonwebtoken::crypto::sign(
+            signing_input.as_bytes(),
+            &keys[0].signing,
+            jsonwebtoken::Algorithm::EdDSA,
+        )
+        .unwrap();
+        format!("{signing_input}.{sig}")
+    };
+    let mut huge_exp = claims("agent:hotel");
+    huge_exp["exp"] = json!(1e300);
     let before = s.log_ends();
     for (token, why) in [
+        (crit, "critical"),
+        (jwt(&keys[0], &huge_exp), "its exp is not a NumericDate"),
         (jwt(&keys[1], &expired), "it has expired"),
         (jwt(&keys[2], &early), "not valid yet"),
         (jwt(&keys[0], &issuer), "issuer"),

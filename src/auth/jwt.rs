@@ -46,6 +46,17 @@ impl std::fmt::Debug for JwtConfig {
     }
 }
 
+/// The JSON of a token's `i`th segment (0 the header, 1 the claims), if
+/// it decodes.
+fn segment_json(token: &str, i: usize) -> Option<serde_json::Value> {
+    use base64::Engine as _;
+    let seg = token.split('.').nth(i)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(seg.trim_end_matches('='))
+        .ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
 /// The algorithm a key of the set is for: its `alg`, else what its type
 /// and curve imply.
 fn algorithm_of(jwk: &jsonwebtoken::jwk::Jwk) -> Option<Algorithm> {
@@ -117,6 +128,13 @@ impl JwtConfig {
     pub fn verify(&self, token: &str) -> Result<Grant, Unauthenticated> {
         let refuse = |why: &str| Unauthenticated(format!("the JWT is not accepted: {why}"));
         let header = jsonwebtoken::decode_header(token).map_err(|_| refuse("it is malformed"))?;
+        // RFC 7515 §4.1.11: extensions marked critical must be understood;
+        // this ledger understands none.
+        if let Some(crit) = segment_json(token, 0).and_then(|h| h.get("crit").cloned()) {
+            return Err(refuse(&format!(
+                "its header marks {crit} critical, extensions this ledger does not understand"
+            )));
+        }
         if !ALGORITHMS.contains(&header.alg) {
             return Err(refuse(&format!(
                 "it is signed with {:?}; accepted are EdDSA, ES256 and RS256",
@@ -144,7 +162,21 @@ impl JwtConfig {
                         K::ImmatureSignature => "it is not valid yet (nbf)",
                         K::InvalidIssuer => "its issuer is not the one configured",
                         K::InvalidAudience => "its audience is not this ledger",
-                        K::MissingRequiredClaim(_) => "it lacks exp, iss or aud",
+                        K::MissingRequiredClaim(_) => {
+                            let claims = segment_json(token, 1).unwrap_or_default();
+                            let unreadable = ["exp", "nbf", "iat"]
+                                .into_iter()
+                                .find(|c| claims.get(*c).is_some_and(|v| v.as_u64().is_none()));
+                            match unreadable {
+                                Some(c) => {
+                                    last = refuse(&format!(
+                                        "its {c} is not a NumericDate this ledger can read (whole seconds since 1970)"
+                                    ));
+                                    return Err(last);
+                                }
+                                None => "it lacks exp, iss or aud",
+                            }
+                        }
                         _ => "it does not decode",
                     };
                     last = refuse(why);
