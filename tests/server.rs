@@ -1614,6 +1614,9 @@ fn every_error_is_the_answer_object() {
         ("/v1/runs/r1/chain?as_of=0", 400, "invalid_request"),
         ("/v1/agents/a?as_of=zz", 400, "invalid_request"),
         ("/v1/status?chain=true", 400, "invalid_request"),
+        ("/v1/events?scope=acme/platform/..", 400, "invalid_scope"),
+        ("/v1/events?scope=acme/platform/", 400, "invalid_scope"),
+        ("/v1/events?event=a%20b", 400, "invalid_name"),
     ] {
         let r = c.get(format!("{}{path}", s.url)).send().unwrap();
         assert_eq!(r.status().as_u16(), status, "{path}");

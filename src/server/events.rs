@@ -90,6 +90,35 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// Why the filter cannot be followed: a scope that names no place
+    /// (`invalid_scope`), an event that is no name (`invalid_name`).
+    pub fn check(&self) -> Result<(), (crate::codes::Code, String)> {
+        use crate::codes::Code;
+        if let Some(scope) = self.scope.as_deref() {
+            if !crate::model::scope::valid_scope(scope) {
+                return Err((
+                    Code::InvalidScope,
+                    format!(
+                        "scope {:?} is not a scope (segments of letters, digits, -_., never . or ..)",
+                        scope.chars().take(100).collect::<String>()
+                    ),
+                ));
+            }
+        }
+        if let Some(event) = self.event.as_deref() {
+            if !crate::model::ids::valid_name(event) {
+                return Err((
+                    Code::InvalidName,
+                    format!(
+                        "event {:?} is not a name",
+                        event.chars().take(100).collect::<String>()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `e` passes: a CloudEvent (`type`, `data.artifacts`), or an
     /// event a ledger published before CloudEvents (`event`, `artifacts`),
     /// which the topic still holds.

@@ -1067,6 +1067,15 @@ async fn sse_events(
         s.ledger.metrics.http("/v1/events", r.status().as_u16());
         return r;
     }
+    let wanted = Filter {
+        scope: p.scope.clone(),
+        event: p.event.clone(),
+    };
+    if let Err((code, why)) = wanted.check() {
+        let r = failure_response(Failure::new(code, why));
+        s.ledger.metrics.http("/v1/events", r.status().as_u16());
+        return r;
+    }
     let cursor = match start_cursor(&s, last.as_deref(), p.from.as_deref()) {
         Ok(c) => c,
         Err(f) => return failure_response(f),
@@ -1133,6 +1142,9 @@ struct Subscribe {
 /// events it asks for.
 async fn subscribe_start(s: &AppState, caller: Caller, sub: &Subscribe) -> Result<Cursor, Failure> {
     permit(s, caller, Permit::Events(sub.filter.scope.clone())).await?;
+    sub.filter
+        .check()
+        .map_err(|(code, why)| Failure::new(code, why))?;
     start_cursor(s, None, sub.from.as_deref())
 }
 
