@@ -707,3 +707,27 @@ fn printed_proofs_verify_against_the_signed_root() {
     let (code, _, err) = common::cli(d.path(), &["proof", "inclusion", "999", "--partition", &p]);
     assert_eq!(code, 1, "{err}");
 }
+
+/// Reading signs nothing: a damaged checkpoint key does not stop an audit
+/// (`verify`, `trail`, `status`), only what signs (`checkpoint`); and a
+/// private key given where the verifier key belongs is never echoed.
+#[test]
+fn a_damaged_checkpoint_key_stops_signing_not_reading_and_a_private_key_is_never_shown() {
+    let (d, _, verifier) = signed_ledger();
+    let secret = std::fs::read_to_string(d.path().join("checkpoint.key")).unwrap();
+    let (code, _, err) = common::cli(d.path(), &["verify", "--key", secret.trim()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("private signing key"), "{err}");
+    let body = secret.trim().rsplit('+').next().unwrap();
+    assert!(!err.contains(body), "the private key was shown: {err}");
+    std::fs::write(d.path().join("checkpoint.key"), "garbage\n").unwrap();
+    let (code, v) = verify(d.path(), Some(&verifier));
+    assert_eq!(code, 0, "{v}");
+    for args in [&["status"][..], &["trail", "r0"][..]] {
+        let (code, _, err) = common::cli(d.path(), args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+    }
+    let (code, _, err) = common::cli(d.path(), &["checkpoint"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("checkpoint key"), "{err}");
+}

@@ -12,10 +12,22 @@ pub fn verifier_key(given: &str) -> Result<agentledger::audit::note::VerifierKey
     use agentledger::audit::note::VerifierKey;
     match VerifierKey::parse(given) {
         Ok(k) => Ok(k),
-        Err(e) => match std::fs::read_to_string(given) {
-            Ok(text) => VerifierKey::parse(&text).map_err(|e| anyhow::anyhow!("--key {given}: {e}")),
+        // A signing key given by mistake is a secret: never echoed.
+        Err(_) if given.trim_start().starts_with("PRIVATE+KEY") => Err(anyhow::anyhow!(
+            "--key: that is a private signing key, not shown here; give the verifier key `agentledger key show` prints"
+        )),
+        Err(e) => match std::fs::read(given) {
+            Ok(bytes) => {
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| anyhow::anyhow!("--key {given}: the file is not UTF-8 text"))?;
+                if text.trim_start().starts_with("PRIVATE+KEY") {
+                    anyhow::bail!("--key {given}: the file holds a private signing key; give the verifier key `agentledger key show` prints");
+                }
+                VerifierKey::parse(&text).map_err(|e| anyhow::anyhow!("--key {given}: {e}"))
+            }
             Err(_) => Err(anyhow::anyhow!(
-                "--key {given:?}: {e} (give the key as `agentledger key show` prints it, or a file holding it)"
+                "--key {:?}: {e} (give the key as `agentledger key show` prints it, or a file holding it)",
+                given.chars().take(100).collect::<String>()
             )),
         },
     }

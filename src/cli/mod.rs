@@ -699,12 +699,22 @@ fn seal_key(cli: &Cli) -> Result<Option<std::sync::Arc<agentledger::erasure::Tas
 }
 
 pub fn options(cli: &Cli) -> Result<EngineOptions> {
+    options_for(cli, true)
+}
+
+/// The options of a command that only reads: it signs nothing, so the
+/// checkpoint key is not loaded (a damaged one does not stop an audit).
+fn reading_options(cli: &Cli) -> Result<EngineOptions> {
+    options_for(cli, false)
+}
+
+fn options_for(cli: &Cli, signing: bool) -> Result<EngineOptions> {
     if let Some(mb) = cli.cache_mb {
         agentledger::views::set_cache_bytes(mb << 20);
     }
     let seal_key = seal_key(cli)?;
     let mut o = EngineOptions {
-        signer: signer(cli)?,
+        signer: if signing { signer(cli)? } else { None },
         seal_context: match cli.seal_context {
             SealContext::On => true,
             SealContext::Off => false,
@@ -785,7 +795,7 @@ pub fn open_engine(cli: &Cli) -> Result<Engine> {
 pub fn open_engine_read_only(cli: &Cli) -> Result<Engine> {
     match kafka_config(cli)? {
         Some(_) => open_engine(cli),
-        None => Engine::open_embedded_read_only(&cli.data, options(cli)?)
+        None => Engine::open_embedded_read_only(&cli.data, reading_options(cli)?)
             .with_context(|| format!("opening the ledger in {}", cli.data.display())),
     }
 }
@@ -793,7 +803,7 @@ pub fn open_engine_read_only(cli: &Cli) -> Result<Engine> {
 /// The log alone, for reading it (`verify`): read-only on the embedded
 /// log, with the data dir's lock held so that no writer appends meanwhile.
 pub fn open_log_read_only(cli: &Cli) -> Result<(Option<std::fs::File>, Box<dyn Log>)> {
-    let opts = options(cli)?;
+    let opts = reading_options(cli)?;
     Ok(match kafka_config(cli)? {
         Some(k) => (
             None,
