@@ -301,3 +301,53 @@ fn lines_read_ahead_are_decided_in_order_and_synced_once() {
     let l = common::Ledger::open(d.path());
     assert!(l.engine.views().run("g199").unwrap().is_some());
 }
+
+/// A file where a directory belongs (or the other way round) is named as
+/// such, not left to an OS error about some path inside it.
+#[test]
+fn a_file_where_a_directory_belongs_is_named() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("plain-file");
+    std::fs::write(&file, "x").unwrap();
+    let f = file.to_str().unwrap();
+    let (code, _, err) = common::cli(&file, &["status"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("that is a file, not a directory"), "{err}");
+    let (code, _, err) = common::cli(
+        &d.path().join("data"),
+        &["apply", d.path().to_str().unwrap()],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("that is a directory, not a file of JSON lines"),
+        "{err}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .args(["demo", "--dir", f])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("that is a file, not a directory"), "{err}");
+}
+
+/// Views set aside twice: the earlier set-aside is kept under its own name.
+#[test]
+fn views_set_aside_twice_keep_the_earlier_ones() {
+    let d = tempfile::tempdir().unwrap();
+    apply(d.path(), SETUP, &[]);
+    for round in 0..2 {
+        // Views that cannot be opened at all: a file where their directory was.
+        std::fs::remove_dir_all(d.path().join("views")).unwrap();
+        std::fs::write(d.path().join("views"), b"not views at all").unwrap();
+        let (code, _, err) = common::cli(d.path(), &["status"]);
+        assert_eq!(code, 0, "round {round}: {err}");
+        assert!(err.contains("set aside"), "round {round}: {err}");
+    }
+    let kept: Vec<String> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("views.set-aside"))
+        .collect();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+}

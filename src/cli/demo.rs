@@ -72,6 +72,12 @@ fn prepare(dir: &Path) -> Result<()> {
 }
 
 pub fn run(dir: &Path) -> Result<i32> {
+    if dir.exists() && !dir.is_dir() {
+        anyhow::bail!(
+            "demo --dir {}: that is a file, not a directory",
+            dir.display()
+        );
+    }
     prepare(dir)?;
     let engine = Engine::open_embedded(dir, EngineOptions::default())?;
     let mut d = Demo {

@@ -826,6 +826,12 @@ const APPLY_READ_AHEAD: usize = 1 << 20;
 fn run_command(cli: Cli) -> Result<i32> {
     agentledger::model::ids::check_topic_prefix(&cli.topic_prefix)
         .map_err(|e| anyhow::anyhow!("--topic-prefix: {e}"))?;
+    if cli.data.exists() && !cli.data.is_dir() {
+        anyhow::bail!(
+            "--data {}: that is a file, not a directory (the data dir holds the log, the views and the keys)",
+            cli.data.display()
+        );
+    }
     if let Some(acting) = cli.command.reads_as() {
         if let Some(code) = acting.may_read(&cli)? {
             return Ok(code);
@@ -843,6 +849,9 @@ fn run_command(cli: Cli) -> Result<i32> {
             let source: Box<dyn std::io::Read> = if file == "-" {
                 Box::new(std::io::stdin())
             } else {
+                if std::path::Path::new(file).is_dir() {
+                    anyhow::bail!("apply {file}: that is a directory, not a file of JSON lines (or - for stdin)");
+                }
                 Box::new(std::fs::File::open(file).with_context(|| format!("opening {file}"))?)
             };
             let mut input = BufReader::with_capacity(APPLY_READ_AHEAD, source);

@@ -164,7 +164,20 @@ pub(crate) fn open_views(dd: &DataDir, log: &dyn Log, keys: &Arc<KeyStore>) -> R
         "{why}; the views are set aside in {} and projected again from the log",
         aside.display()
     );
-    let _ = std::fs::remove_dir_all(&aside);
+    if aside.exists() {
+        // An earlier set-aside is kept under its own name, not replaced:
+        // it may be what an operator still means to look at.
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let older = aside.with_extension(format!("set-aside.{ms}"));
+        match std::fs::rename(&aside, &older) {
+            Ok(()) => tracing::warn!("the views set aside before are kept in {}", older.display()),
+            Err(_) => {
+                let _ = std::fs::remove_dir_all(&aside);
+            }
+        }
+    }
     if std::fs::rename(dd.views(), &aside).is_err() && dd.views().exists() {
         std::fs::remove_dir_all(dd.views()).map_err(|e| {
             LedgerError::io(
