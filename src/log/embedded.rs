@@ -1092,10 +1092,11 @@ mod tests {
         assert_eq!(got[2].payload, b"three");
     }
 
-    #[test]
-    fn a_tail_a_checkpoint_attests_is_damage_not_a_tear() {
-        let d = tempfile::tempdir().unwrap();
-        let log = open(d.path());
+    /// Three registry records, a checkpoint attesting the first
+    /// `attested`, and the last frame then cut short as a tear would cut
+    /// it; the segment and its length after the cut.
+    fn torn_after_checkpoint(dir: &Path, attested: u64) -> (PathBuf, u64) {
+        let log = open(dir);
         for i in 0..3 {
             log.append(
                 Topic::Registry,
@@ -1103,27 +1104,29 @@ mod tests {
             )
             .unwrap();
         }
-        // A checkpoint attesting all three.
-        let cp = serde_json::json!({"schema":"x","topic":"registry","partition":0,"from":0,"to":3});
+        let cp = serde_json::json!({"topic":"registry","partition":0,"from":0,"to":attested});
         log.append(
             Topic::Checkpoints,
             &[(b"registry/0".to_vec(), cp.to_string().into_bytes())],
         )
         .unwrap();
         drop(log);
-        // The last (attested) frame cut short: what a tear would look like.
-        let seg = seg0(d.path());
-        let len = std::fs::metadata(&seg).unwrap().len();
+        let seg = seg0(dir);
+        let len = std::fs::metadata(&seg).unwrap().len() - 3;
         OpenOptions::new()
             .write(true)
             .open(&seg)
             .unwrap()
-            .set_len(len - 3)
+            .set_len(len)
             .unwrap();
-        let m = match EmbeddedLog::open(d.path(), &EmbeddedConfig::default()) {
-            Err(e) => e.to_string(),
-            Ok(_) => panic!("opened"),
-        };
+        (seg, len)
+    }
+
+    #[test]
+    fn a_tail_a_checkpoint_attests_is_damage_not_a_tear() {
+        let d = tempfile::tempdir().unwrap();
+        let (seg, len) = torn_after_checkpoint(d.path(), 3);
+        let m = open_err(EmbeddedLog::open(d.path(), &EmbeddedConfig::default()));
         assert!(
             m.contains("a checkpoint attests registry/0 up to offset 2"),
             "{m}"
@@ -1131,40 +1134,16 @@ mod tests {
         assert!(m.contains("record offset 2"), "{m}");
         assert_eq!(
             std::fs::metadata(&seg).unwrap().len(),
-            len - 3,
+            len,
             "nothing was cut"
         );
         // Read-only, the intact records are still there to read.
         let ro = EmbeddedLog::open_read_only(d.path(), &EmbeddedConfig::default()).unwrap();
         assert_eq!(ro.end_offset(Topic::Registry, 0).unwrap(), 2);
-        drop(ro);
         // A tear past what the checkpoints attest is cut as before.
         let d2 = tempfile::tempdir().unwrap();
-        let log = open(d2.path());
-        for i in 0..3 {
-            log.append(
-                Topic::Registry,
-                &[(b"k".to_vec(), format!("rec{i}").into_bytes())],
-            )
-            .unwrap();
-        }
-        let cp = serde_json::json!({"topic":"registry","partition":0,"from":0,"to":2});
-        log.append(
-            Topic::Checkpoints,
-            &[(b"registry/0".to_vec(), cp.to_string().into_bytes())],
-        )
-        .unwrap();
-        drop(log);
-        let seg = seg0(d2.path());
-        let len = std::fs::metadata(&seg).unwrap().len();
-        OpenOptions::new()
-            .write(true)
-            .open(&seg)
-            .unwrap()
-            .set_len(len - 3)
-            .unwrap();
-        let log = open(d2.path());
-        assert_eq!(log.end_offset(Topic::Registry, 0).unwrap(), 2);
+        torn_after_checkpoint(d2.path(), 2);
+        assert_eq!(open(d2.path()).end_offset(Topic::Registry, 0).unwrap(), 2);
     }
 
     #[test]
