@@ -1635,3 +1635,32 @@ fn every_error_is_the_answer_object() {
     assert_eq!(r.status().as_u16(), 400);
     assert!(r.text().unwrap().len() < 1000);
 }
+
+/// A socket that subscribes again keeps its one stream slot: back-to-back
+/// subscribes are each answered, while another socket past the limit is
+/// told `overloaded`.
+#[test]
+fn subscribing_again_on_one_socket_keeps_its_stream_slot() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(d.path(), None, &["--max-streams", "1"]);
+    let ws_url = s.url.replace("http://", "ws://") + "/v1/ws";
+    let (mut ws, _) = tungstenite::connect(ws_request(&ws_url)).unwrap();
+    let ask = |ws: &mut tungstenite::WebSocket<_>, v: Value| -> Value {
+        ws.send(tungstenite::Message::text(v.to_string())).unwrap();
+        loop {
+            if let tungstenite::Message::Text(t) = ws.read().unwrap() {
+                let a: Value = serde_json::from_str(t.as_str()).unwrap();
+                if a.get("published").is_none() {
+                    break a;
+                }
+            }
+        }
+    };
+    for i in 0..6 {
+        let a = ask(&mut ws, json!({"op":"subscribe","from":"end"}));
+        assert_eq!(a["subscribed"], true, "subscribe {i}: {a}");
+    }
+    let (mut other, _) = tungstenite::connect(ws_request(&ws_url)).unwrap();
+    let a = ask(&mut other, json!({"op":"subscribe","from":"end"}));
+    assert_eq!(a["error"]["code"], "overloaded", "{a}");
+}

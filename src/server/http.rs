@@ -977,11 +977,11 @@ fn start_cursor(
 /// it will.
 fn follow(
     s: &AppState,
+    slot: StreamSlot,
     caller: Caller,
     mut cursor: Cursor,
     filter: Filter,
-) -> Option<tokio::sync::mpsc::Receiver<events::Published>> {
-    let slot = s.streams.clone().try_acquire_owned().ok()?;
+) -> tokio::sync::mpsc::Receiver<events::Published> {
     let (tx, rx) = tokio::sync::mpsc::channel(256);
     let log = s.ledger.log.clone();
     let stopping = s.stopping.clone();
@@ -1026,7 +1026,15 @@ fn follow(
             }
         }
     });
-    Some(rx)
+    rx
+}
+
+/// One of the `--max-streams` slots, shared by every stream one holder
+/// follows in turn (a socket that subscribes again keeps its slot).
+type StreamSlot = Arc<tokio::sync::OwnedSemaphorePermit>;
+
+fn stream_slot(s: &AppState) -> Option<StreamSlot> {
+    s.streams.clone().try_acquire_owned().ok().map(Arc::new)
 }
 
 /// How often a followed stream's credential is checked again.
@@ -1085,9 +1093,10 @@ async fn sse_events(
         event: p.event,
     };
     s.ledger.metrics.http("/v1/events", 200);
-    let Some(rx) = follow(&s, who, cursor, filter) else {
+    let Some(slot) = stream_slot(&s) else {
         return failure_response(too_many_streams(s.opts.max_streams));
     };
+    let rx = follow(&s, slot, who, cursor, filter);
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         let e = rx.recv().await?;
         let event = Event::default().id(e.id).event("published").data(e.json);
@@ -1163,6 +1172,7 @@ async fn ws_session(s: AppState, caller: Caller, socket: WebSocket) {
         let _ = sink.close().await;
     });
     let mut subscription: Option<tokio::task::JoinHandle<()>> = None;
+    let mut socket_slot: Option<StreamSlot> = None;
     let text = |r: &Reply| Message::Text(reply_text(r).into());
     while let Some(msg) = incoming.next().await {
         let msg = match msg {
@@ -1234,8 +1244,12 @@ async fn ws_session(s: AppState, caller: Caller, socket: WebSocket) {
                             old.abort();
                         }
                         let from = cursor.id();
-                        let Some(mut events) = follow(&s, caller.clone(), cursor, sub.filter)
-                        else {
+                        // The socket's slot, taken at its first subscribe
+                        // and kept for the ones after.
+                        if socket_slot.is_none() {
+                            socket_slot = stream_slot(&s);
+                        }
+                        let Some(slot) = socket_slot.clone() else {
                             if tx
                                 .send(text(&Reply::Failed(too_many_streams(s.opts.max_streams))))
                                 .await
@@ -1245,6 +1259,7 @@ async fn ws_session(s: AppState, caller: Caller, socket: WebSocket) {
                             }
                             continue;
                         };
+                        let mut events = follow(&s, slot, caller.clone(), cursor, sub.filter);
                         let ack = serde_json::json!({"ok": true, "subscribed": true, "from": from});
                         if tx
                             .send(Message::Text(ack.to_string().into()))
