@@ -169,10 +169,9 @@ impl JwtConfig {
                                 .find(|c| claims.get(*c).is_some_and(|v| v.as_u64().is_none()));
                             match unreadable {
                                 Some(c) => {
-                                    last = refuse(&format!(
+                                    return Err(refuse(&format!(
                                         "its {c} is not a NumericDate this ledger can read (whole seconds since 1970)"
-                                    ));
-                                    return Err(last);
+                                    )))
                                 }
                                 None => "it lacks exp, iss or aud",
                             }
