@@ -731,3 +731,69 @@ fn a_damaged_checkpoint_key_stops_signing_not_reading_and_a_private_key_is_never
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("checkpoint key"), "{err}");
 }
+
+/// A ledger checkpointed before it had a key: `checkpoint` after `key
+/// generate` signs the trees as they stand (a checkpoint of no records
+/// at each partition's end carries the note), so `verify --key` and a
+/// signed export hold at once, without waiting for new records; a second
+/// `checkpoint` has nothing to sign. A checkpoint of no records that does
+/// not link from the head there, or claims a head other than that of no
+/// records, is named by `verify`.
+#[test]
+fn a_key_made_after_the_records_were_checkpointed_signs_them_at_the_next_checkpoint() {
+    let d = tempfile::tempdir().unwrap();
+    {
+        let mut l = common::Ledger::open_with(
+            d.path(),
+            &common::Backend::Embedded,
+            common::fixed_clock_options(),
+        );
+        l.drive_loop("r0");
+        l.engine.checkpoint(true).unwrap();
+    }
+    let (code, _, err) = common::cli(d.path(), &["key", "generate", "--name", "late"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, key, _) = common::cli(d.path(), &["key", "show"]);
+    let key = key.trim().to_owned();
+    let (code, v) = verify(d.path(), Some(&key));
+    assert_eq!(code, 1, "nothing is signed yet: {v}");
+    let (code, out, err) = common::cli(d.path(), &["checkpoint"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("signed at"), "{out}");
+    let (code, v) = verify(d.path(), Some(&key));
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["signed"]["attested"], v["records"], "{v}");
+    let (_, again, _) = common::cli(d.path(), &["checkpoint"]);
+    assert!(again.contains("already attested"), "{again}");
+    let file = d.path().join("r0.jsonl");
+    export(d.path(), &file);
+    let (code, v) = verify_export(&file, Some(&key));
+    assert_eq!(code, 0, "{v}");
+
+    // The note-bearing checkpoints forged: linked from another head, or
+    // with a head that is not the head of nothing.
+    let cps = checkpoints(d.path());
+    let frames = read_frames(&cps);
+    let empty = frames
+        .iter()
+        .position(|(_, b)| {
+            let c: Value = serde_json::from_slice(b).unwrap();
+            c["topic"] == "ledger" && c["from"] == c["to"]
+        })
+        .unwrap();
+    for field in ["prev_head", "head"] {
+        let mut forged = frames.clone();
+        let mut c: Value = serde_json::from_slice(&forged[empty].1).unwrap();
+        c[field] = json!("ab".repeat(32));
+        forged[empty].1 = serde_json::to_vec(&c).unwrap();
+        write_frames(&cps, &forged);
+        let (code, v) = verify(d.path(), None);
+        assert_eq!(code, 1, "{field}: {v}");
+        assert!(
+            said(&v).contains("checkpoint of no records"),
+            "{field}: {v}"
+        );
+    }
+    write_frames(&cps, &frames);
+    assert_eq!(verify(d.path(), Some(&key)).0, 0);
+}

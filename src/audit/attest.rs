@@ -3,6 +3,7 @@
 //! (how far each partition is attested, and its head).
 
 use super::checkpoint::Checkpoint;
+use super::hashchain::link_head;
 use super::note::{origin, CheckpointBody, SignerKey};
 use super::recent::RecentDigests;
 use crate::error::Result;
@@ -19,6 +20,9 @@ pub struct Attestation {
     /// forward, so it is a floor: while fewer records than an interval lie
     /// past it, no checkpoint is due and the mark need not be read again.
     mark_floor: HashMap<(Topic, u32), u64>,
+    /// Per partition, the size at which its held note was last found
+    /// signed by this engine's key: nothing to sign again until it grows.
+    signed_at: HashMap<(Topic, u32), u64>,
 }
 
 /// Who writes the checkpoints, when, and with which key they are signed.
@@ -82,28 +86,84 @@ impl Attestation {
                 if let Some(key) = signer {
                     cp.note = Some(sign(log, views, topic, p, to, key)?);
                 }
-                let placed = checkpoint::append(log, std::slice::from_ref(&cp))?;
-                // Fold our own checkpoint in from what we hold when
-                // nothing came before it (a read on Kafka costs more
-                // than the append did).
-                match placed.first() {
-                    Some(&(cp_part, at)) if views.offset(Topic::Checkpoints, cp_part)? == at => {
-                        let mut txn = views.txn();
-                        fold_checkpoint(&mut txn, &cp)?;
-                        txn.set_offset(Topic::Checkpoints, cp_part, at + 1);
-                        txn.commit()?;
-                    }
-                    _ => unfolded = true,
-                }
+                unfolded |= !fold_own(log, views, &cp)?;
                 let head = super::hashchain::from_hex32(&cp.head).unwrap_or(super::GENESIS);
                 mark = crate::views::CheckpointMark { to, head };
                 written.push(cp);
+            }
+            if let Some(key) = signer.filter(|_| force && end > 0 && mark.to == end) {
+                if let Some(cp) = self.sign_attested(log, views, (topic, p), mark, key, by)? {
+                    unfolded |= !fold_own(log, views, &cp)?;
+                    written.push(cp);
+                }
             }
         }
         if unfolded {
             project_checkpoints(log, views)?;
         }
         Ok(written)
+    }
+}
+
+impl Attestation {
+    /// Records every checkpoint already covers, but no note signed by
+    /// `key` attests at the log's end (the key is new, or replaced one
+    /// whose notes its verifier cannot open): a checkpoint of no records
+    /// at the end carries the signed note of the whole tree, so
+    /// `checkpoint` after `key generate` attests what is there without
+    /// waiting for new records.
+    fn sign_attested(
+        &mut self,
+        log: &dyn Log,
+        views: &Views,
+        (topic, p): (Topic, u32),
+        mark: crate::views::CheckpointMark,
+        key: &SignerKey,
+        by: &Author<'_>,
+    ) -> Result<Option<Checkpoint>> {
+        if self.signed_at.get(&(topic, p)) == Some(&mark.to) {
+            return Ok(None);
+        }
+        let held = views.checkpoint_note(topic, p)?;
+        let signed_here = held.as_deref().is_some_and(|note| {
+            key.verifier()
+                .open(note)
+                .ok()
+                .and_then(|text| CheckpointBody::parse(text).ok())
+                .is_some_and(|b| b.size == mark.to && b.origin == origin(key.name(), topic, p))
+        });
+        self.signed_at.insert((topic, p), mark.to);
+        if signed_here {
+            return Ok(None);
+        }
+        let span = super::checkpoint::Span {
+            topic,
+            partition: p,
+            from: mark.to,
+            to: mark.to,
+            prev_head: mark.head,
+        };
+        let mut cp = super::checkpoint::assemble(span, Vec::new(), by.now_ms, by.writer);
+        cp.note = Some(sign(log, views, topic, p, mark.to, key)?);
+        Ok(Some(cp))
+    }
+}
+
+/// Append a checkpoint the engine wrote and fold it in from what it holds
+/// when nothing came before it on the checkpoints topic (a read on Kafka
+/// costs more than the append did); false when it was not folded, and the
+/// topic must be projected.
+fn fold_own(log: &dyn Log, views: &Views, cp: &Checkpoint) -> Result<bool> {
+    let placed = super::checkpoint::append(log, std::slice::from_ref(cp))?;
+    match placed.first() {
+        Some(&(cp_part, at)) if views.offset(Topic::Checkpoints, cp_part)? == at => {
+            let mut txn = views.txn();
+            fold_checkpoint(&mut txn, cp)?;
+            txn.set_offset(Topic::Checkpoints, cp_part, at + 1);
+            txn.commit()?;
+            Ok(true)
+        }
+        _ => Ok(false),
     }
 }
 
@@ -219,8 +279,16 @@ pub(crate) fn fold_checkpoint(txn: &mut crate::views::ViewTxn<'_>, cp: &Checkpoi
             to: 0,
             head: super::GENESIS,
         });
-    if cp.from == mark.to && cp.to > mark.to && cp.prev_head == hex::encode(mark.head) {
-        txn.put(key, &crate::views::CheckpointMark { to: cp.to, head });
+    if cp.from == mark.to && cp.prev_head == hex::encode(mark.head) {
+        // A checkpoint of no records leaves the mark (and the head the
+        // next one links from) where it was; it only brings a note.
+        if cp.to > mark.to {
+            txn.put(key, &crate::views::CheckpointMark { to: cp.to, head });
+        } else if cp.to < mark.to
+            || cp.head != hex::encode(link_head(&mark.head, cp.from, std::iter::empty()))
+        {
+            return Ok(());
+        }
         if let Some(note) = &cp.note {
             txn.put(
                 crate::views::keys::checkpoint_note(topic, cp.partition),

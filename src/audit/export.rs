@@ -45,10 +45,28 @@ pub fn write_export(
     // The tree a record is proven in: a cosigned one that holds it, else
     // its signed covering checkpoint's.
     let cosigned = |s: &TrailStep| witnessed.get(&s.partition).filter(|c| c.size > s.offset);
+    // Else the first signed checkpoint past it: one of no records signs
+    // the tree over records checkpointed before the key existed.
+    let signed_after = |s: &TrailStep| {
+        checkpoints
+            .iter()
+            .filter(|c| {
+                c.topic == "ledger"
+                    && c.partition == s.partition
+                    && c.to > s.offset
+                    && c.note.is_some()
+            })
+            .min_by_key(|c| c.to)
+    };
+    let signed = |s: &TrailStep| {
+        covering(s)
+            .filter(|c| c.note.is_some())
+            .or_else(|| signed_after(s))
+    };
     let proven_at = |s: &TrailStep| {
         cosigned(s)
             .map(|c| c.size)
-            .or_else(|| covering(s).filter(|c| c.note.is_some()).map(|c| c.to))
+            .or_else(|| signed(s).map(|c| c.to))
     };
     // Each partition's tree, as far as those go.
     let mut reach: BTreeMap<u32, u64> = BTreeMap::new();
@@ -92,7 +110,8 @@ pub fn write_export(
             }
         }
         writeln!(out, "{line}").map_err(io)?;
-        if let Some(cp) = covering(s) {
+        let proving = cosigned(s).is_none().then(|| signed(s)).flatten();
+        for cp in covering(s).into_iter().chain(proving) {
             if !used.contains(&cp) {
                 used.push(cp);
             }

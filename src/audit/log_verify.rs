@@ -742,6 +742,11 @@ impl<'a> ChainCheck<'a> {
             let c = &self.cps[ci];
             self.next += 1;
             if c.to <= o {
+                if c.from == c.to {
+                    if let Some(m) = self.empty_differs(ci) {
+                        return self.fail(m);
+                    }
+                }
                 continue;
             }
             // A link must start from a head already verified at its start.
@@ -818,6 +823,49 @@ impl<'a> ChainCheck<'a> {
         ControlFlow::Continue(())
     }
 
+    /// A checkpoint of no records (it brings a signed note of the tree
+    /// at its offset, see `Attestation::sign_attested`) must link from a
+    /// head verified there and fold to the head of nothing after it; its
+    /// root is the tree's at that size.
+    fn empty_differs(&mut self, ci: usize) -> Option<Mismatch> {
+        let c = &self.cps[ci];
+        let known = self
+            .heads
+            .get(&c.from)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let prev = from_hex32(&c.prev_head).filter(|h| known.contains(h));
+        let Some(prev) = prev else {
+            let found = known
+                .first()
+                .map(hex::encode)
+                .unwrap_or_else(|| "no checkpoint ending here".into());
+            return Some(mismatch(
+                self.name,
+                self.p,
+                c.from,
+                "chain head of a checkpoint of no records differs",
+                &c.prev_head,
+                found,
+            ));
+        };
+        let head = Link::new(&prev, c.from, c.to).head();
+        if from_hex32(&c.head) != Some(head) {
+            return Some(mismatch(
+                self.name,
+                self.p,
+                c.from,
+                "head of a checkpoint of no records is not the head of nothing",
+                hex::encode(head),
+                &c.head,
+            ));
+        }
+        if let Some(tree) = self.tree.as_ref().filter(|t| t.size() == c.to) {
+            self.roots.entry(c.to).or_insert_with(|| tree.root());
+        }
+        None
+    }
+
     /// A checkpoint whose head the records do not fold to: the first
     /// record whose digest its list does not have, else (the list agrees,
     /// the head does not) the head itself.
@@ -878,6 +926,17 @@ impl<'a> ChainCheck<'a> {
     /// before the end that a checkpoint lists otherwise (one dropped, say)
     /// is named rather than the end.
     fn end(&mut self, at: u64) {
+        while let Some(&ci) = self.order.get(self.next) {
+            let c = &self.cps[ci];
+            if c.from != at || c.to != at {
+                break;
+            }
+            self.next += 1;
+            if let Some(m) = self.empty_differs(ci) {
+                self.found = Some(m);
+                return;
+            }
+        }
         let unlisted = self
             .active
             .iter()

@@ -83,6 +83,13 @@ pub fn checkpoint(cli: &Cli) -> Result<i32> {
                 "{}",
                 json!({"topic": cp.topic, "partition": cp.partition, "from": cp.from, "to": cp.to, "head": cp.head})
             );
+        } else if cp.from == cp.to {
+            outln!(
+                "{}/{} signed at {} (records checkpointed before, now under the key)",
+                cp.topic,
+                cp.partition,
+                cp.to
+            );
         } else {
             outln!(
                 "{}/{} [{}, {}) head {}",

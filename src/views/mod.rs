@@ -343,7 +343,6 @@ impl Views {
         Ok(out)
     }
 
-    /// How far a partition's checkpoints reach (R16).
     /// The signed note of the partition's furthest signed checkpoint.
     pub fn checkpoint_note(
         &self,
