@@ -333,3 +333,47 @@ fn unreadable_sealed_records_say_whether_erased_lost_or_damaged() {
         assert!(!lost.contains(secret) && !broken.contains(secret) && !wrong.contains(secret));
     }
 }
+
+/// An `open_task` refused for its context is recorded before the task has
+/// a key to seal with: the refusal in the log names where the context was
+/// wrong and which schema rule it broke, never the values — a value of the
+/// wrong type, an array item that is not the object it must be, a
+/// property the schema does not have — while the caller's answer still
+/// quotes them.
+#[test]
+fn a_refused_open_task_records_what_was_wrong_not_the_values() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let good = json!({"TaskID":"T1","UserQuery":"q","TaskName":"n","TaskDescription":"d",
+        "GoalStatus":[],"OverallStatus":"open"});
+    let mut typed = good.clone();
+    typed["UserQuery"] = json!({"text": format!("{QUERY}-typed")});
+    let mut listed = good.clone();
+    listed["GoalStatus"] = json!([format!("{QUERY}-listed")]);
+    let mut extra = good.clone();
+    extra[format!("{QUERY}-extra")] = json!(1);
+    let mut ops = vec![
+        json!({"op":"publish_agent","agent":"master","scope":"acme/travel"}),
+        json!({"op":"open_run","run":"m1","agent":"master"}),
+    ];
+    for tc in [&typed, &listed, &extra] {
+        ops.push(json!({"op":"open_task","task":"t1","run":"m1","task_context":tc}));
+    }
+    let input: Vec<String> = ops.iter().map(Value::to_string).collect();
+    let (_, answers, err) = common::apply_answers(dir, &(input.join("\n") + "\n"), &[]);
+    assert_eq!(answers.len(), 5, "{answers:?} {err}");
+    for (a, what) in answers[2..].iter().zip(["typed", "listed", "extra"]) {
+        assert_eq!(a["error"]["code"], "invalid_context", "{a}");
+        assert!(
+            a["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("{QUERY}-{what}")),
+            "the caller is told its value: {a}"
+        );
+    }
+    let text = trail(dir, "m1", false);
+    assert!(text.contains("/UserQuery: breaks the schema at"), "{text}");
+    assert!(!text.contains(QUERY), "{text}");
+    assert_eq!(common::holding(dir, QUERY), Vec::<String>::new());
+}

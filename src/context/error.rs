@@ -29,6 +29,27 @@ impl fmt::Display for ContextKind {
 pub struct Violation {
     pub path: String,
     pub message: String,
+    /// When `message` quotes the value at fault (a schema validator's
+    /// words do), what was broken without it — the schema keyword's
+    /// location — for the refusal the log records: the caller is told its
+    /// value, the log never holds the context a refusal kept out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+}
+
+impl Violation {
+    /// This violation as the log may keep it: no value of the caller's.
+    fn recorded(&self) -> String {
+        match &self.rule {
+            Some(rule) => Violation {
+                path: self.path.clone(),
+                message: format!("breaks {rule} (the value is not recorded)"),
+                rule: None,
+            }
+            .to_string(),
+            None => self.to_string(),
+        }
+    }
 }
 
 impl fmt::Display for Violation {
@@ -172,6 +193,24 @@ impl ContextError {
         }
     }
 
+    /// The refusal as the log records it, in plaintext where the task has
+    /// no key yet (its `open_task` refused): what was wrong, where, never
+    /// the caller's values (the Display text, answered to the caller, may
+    /// quote them).
+    pub fn recorded(&self) -> String {
+        match self {
+            ContextError::InvalidContext { kind, violations } => format!(
+                "invalid {kind}: {}",
+                violations
+                    .iter()
+                    .map(Violation::recorded)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            other => other.to_string(),
+        }
+    }
+
     /// Shorthand for a single-violation `invalid_context`.
     pub(crate) fn invalid(kind: ContextKind, path: &str, message: impl Into<String>) -> Self {
         ContextError::InvalidContext {
@@ -179,6 +218,7 @@ impl ContextError {
             violations: vec![Violation {
                 path: path.to_owned(),
                 message: message.into(),
+                rule: None,
             }],
         }
     }

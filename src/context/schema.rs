@@ -85,6 +85,7 @@ pub(crate) fn violations_of(validator: &jsonschema::Validator, value: &Value) ->
             Violation {
                 path: e.instance_path().as_str().to_owned(),
                 message: truncate(message),
+                rule: Some(format!("the schema at {}", e.schema_path().as_str())),
             }
         })
         .collect()
@@ -112,7 +113,14 @@ fn validate_as<T: DeserializeOwned>(kind: ContextKind, value: &Value) -> Result<
     // The schema has accepted the value, so this only fails if the types and
     // the schema drift apart (or for a number like 1.0 where an integer is
     // expected); report it as a violation rather than trusting it.
-    T::deserialize(value).map_err(|e| ContextError::invalid(kind, "", truncate(e.to_string())))
+    T::deserialize(value).map_err(|e| {
+        let mut err = ContextError::invalid(kind, "", truncate(e.to_string()));
+        if let ContextError::InvalidContext { violations, .. } = &mut err {
+            // serde's words quote the value it could not take.
+            violations[0].rule = Some(format!("the {kind} types"));
+        }
+        err
+    })
 }
 
 /// Validate a TaskContext against `schemas/task_context.json`, then

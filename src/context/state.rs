@@ -352,7 +352,7 @@ impl ContextEvent {
             task: task.to_owned(),
             op: op.to_owned(),
             code: error.code().as_str().to_owned(),
-            message: error.to_string(),
+            message: error.recorded(),
             agent: agent.map(str::to_owned),
             at,
         }
