@@ -797,3 +797,113 @@ fn a_key_made_after_the_records_were_checkpointed_signs_them_at_the_next_checkpo
     write_frames(&cps, &frames);
     assert_eq!(verify(d.path(), Some(&key)).0, 0);
 }
+
+/// The header's selection is held against the records' own bytes: a
+/// chain's export with one of its runs left out whole (every line of it,
+/// the count fixed to match) fails naming the run and the record that
+/// opened it; another run's records under the header of a run fail; so do
+/// records past the selection's `as_of`. A selection naming neither a run
+/// nor a chain, and a record's partition past u32, are not read at all.
+#[test]
+fn an_export_must_hold_what_its_header_selected() {
+    let (d, _, key) = signed_ledger();
+    let file = d.path().join("r0.jsonl");
+    export(d.path(), &file);
+    let lines: Vec<Value> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let runs: Vec<String> = lines
+        .iter()
+        .filter(|l| l["type"] == "record")
+        .map(|l| l["run"].as_str().unwrap().to_owned())
+        .fold(Vec::new(), |mut v, r| {
+            if !v.contains(&r) {
+                v.push(r);
+            }
+            v
+        });
+    assert!(runs.len() >= 3, "a chain of several runs: {runs:?}");
+    let write = |name: &str, ls: &[Value]| {
+        let mut ls = ls.to_vec();
+        ls[0]["records"] = json!(ls.iter().filter(|l| l["type"] == "record").count());
+        let f = d.path().join(format!("{name}.jsonl"));
+        let text: Vec<String> = ls.iter().map(Value::to_string).collect();
+        std::fs::write(&f, text.join("\n")).unwrap();
+        f
+    };
+    for (i, gone) in runs.iter().enumerate().skip(1) {
+        let kept: Vec<Value> = lines
+            .iter()
+            .filter(|l| l["run"].as_str() != Some(gone))
+            .cloned()
+            .collect();
+        let (code, v) = verify_export(&write(&format!("without-{i}"), &kept), Some(&key));
+        assert_eq!(code, 1, "run {gone} left out: {v}");
+        assert!(
+            said(&v).contains(&format!("run {gone}, which this dispatch opened")),
+            "{v}"
+        );
+    }
+    // The root itself left out.
+    let kept: Vec<Value> = lines
+        .iter()
+        .filter(|l| l["run"].as_str() != Some("r0"))
+        .cloned()
+        .collect();
+    let (code, v) = verify_export(&write("without-root", &kept), Some(&key));
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        said(&v).contains("run r0, whose chain the header names, has no record here"),
+        "{v}"
+    );
+
+    // The header of run r0 over another run's records.
+    let mut swapped: Vec<Value> = lines
+        .iter()
+        .filter(|l| l["type"] != "record" || l["run"].as_str() == Some(&runs[1]))
+        .cloned()
+        .collect();
+    swapped[0]["selection"] = json!({"run": "r0", "chain": null, "as_of": null});
+    let (code, v) = verify_export(&write("swapped", &swapped), Some(&key));
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        said(&v).contains(&format!(
+            "a record of run {} in an export of run r0",
+            runs[1]
+        )),
+        "{v}"
+    );
+
+    // Records past the as_of the header claims.
+    let mut early = lines.clone();
+    early[0]["selection"]["as_of"] = json!(0);
+    let (code, v) = verify_export(&write("as-of", &early), Some(&key));
+    assert_eq!(code, 1, "{v}");
+    assert!(said(&v).contains("record past the export's as_of"), "{v}");
+
+    let mut neither = lines.clone();
+    neither[0]["selection"] = json!({"run": null, "chain": null});
+    let (code, v) = verify_export(&write("neither", &neither), Some(&key));
+    assert_eq!(code, 2, "{v}");
+    assert!(
+        v["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("selection names neither"),
+        "{v}"
+    );
+    let mut wide = lines.clone();
+    let r = wide.iter().position(|l| l["type"] == "record").unwrap();
+    wide[r]["partition"] = json!(wide[r]["partition"].as_u64().unwrap() + (1u64 << 32));
+    let (code, v) = verify_export(&write("wide", &wide), Some(&key));
+    assert_eq!(code, 2, "{v}");
+    assert!(
+        v["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("without a partition number"),
+        "{v}"
+    );
+}

@@ -94,6 +94,31 @@ fn r16_dropped_record_is_named() {
     assert_eq!(v["first_mismatch"]["offset"], 4, "{v}");
 }
 
+/// Records removed from the front of a partition (the segment renamed to
+/// start past them) are named as missing, not as a head that differs
+/// from itself.
+#[test]
+fn r16_records_removed_from_the_front_are_named_missing() {
+    let (d, seg) = ledger();
+    let mut frames = read_frames(&seg);
+    frames.drain(..2);
+    std::fs::remove_file(&seg).unwrap();
+    let moved = seg.with_file_name(format!("{:020}.seg", 2));
+    write_frames(&moved, &frames);
+    let (code, v) = verify(d.path());
+    assert_eq!(code, 1, "{v}");
+    let m = &v["first_mismatch"];
+    assert_eq!(m["offset"], 2, "{v}");
+    assert!(
+        m["what"].as_str().unwrap().contains("missing from the log")
+            && m["found"]
+                .as_str()
+                .unwrap()
+                .contains("records [0, 2) missing"),
+        "{v}"
+    );
+}
+
 #[test]
 fn r16_swapped_records_are_named() {
     let (d, seg) = ledger();

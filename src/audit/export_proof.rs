@@ -139,6 +139,145 @@ impl RunSteps {
     }
 }
 
+/// Where a record stands: topic, partition, offset.
+type At = (String, u32, u64);
+
+/// What the header says the export selected, held against the records'
+/// own bytes: an export of run R holds R's records only; an export of a
+/// chain holds runs of one chain, R's among them, its root, and every run
+/// its records say was opened from it (a dispatch's `opened`, a run's
+/// trigger) — a run left out whole, or another run's records under the
+/// header of R, is named. With `as_of`, no record lies past it.
+pub struct Selection {
+    run: Option<String>,
+    chain: Option<String>,
+    as_of: Option<u64>,
+    /// Per run present: its chain's root (once its opening is seen) and
+    /// where its first record stands.
+    runs: BTreeMap<String, (Option<String>, At)>,
+    /// Runs the records name as opened from, or triggering, a run here.
+    named: Vec<(String, At, &'static str)>,
+    faults: Vec<Mismatch>,
+}
+
+impl Selection {
+    /// From the header's `selection`; `None` unless it names exactly one
+    /// of a run or a chain.
+    pub fn of(selection: &Value) -> Option<Self> {
+        let name = |k: &str| selection[k].as_str().map(str::to_owned);
+        let (run, chain) = (name("run"), name("chain"));
+        if run.is_some() == chain.is_some() {
+            return None;
+        }
+        Some(Selection {
+            run,
+            chain,
+            as_of: selection["as_of"].as_u64(),
+            runs: BTreeMap::new(),
+            named: Vec::new(),
+            faults: Vec::new(),
+        })
+    }
+
+    pub fn note(&mut self, topic: &str, p: u32, o: u64, payload: &[u8]) {
+        // Undecodable bytes are named by the digest checks.
+        let Ok(rec) = codec::decode(payload) else {
+            return;
+        };
+        let at: At = (topic.to_owned(), p, o);
+        let mut fault = |what: String, expected: String, found: String| {
+            self.faults.push(fault(topic, p, o, what, expected, found));
+        };
+        if let Some(limit) = self.as_of.filter(|&l| o > l) {
+            fault(
+                "record past the export's as_of".into(),
+                format!("offsets up to {limit}"),
+                format!("offset {o}"),
+            );
+        }
+        let run = rec.event.trail_run().unwrap_or_default().to_owned();
+        if let Some(want) = self.run.as_ref().filter(|w| **w != run) {
+            fault(
+                format!("a record of run {run} in an export of run {want}"),
+                format!("run {want}"),
+                format!("run {run}"),
+            );
+        }
+        let seen = self.runs.entry(run.clone()).or_insert((None, at.clone()));
+        use crate::model::event::LedgerEvent;
+        match &rec.event {
+            LedgerEvent::RunOpened(e) => {
+                seen.0 = Some(e.root.clone().unwrap_or_else(|| run.clone()));
+                if let Some(t) = &e.trigger {
+                    self.named
+                        .push((t.source_run.clone(), at, "whose close triggered this run"));
+                }
+            }
+            LedgerEvent::RunDispatched(e) => {
+                for child in &e.opened {
+                    self.named
+                        .push((child.clone(), at.clone(), "which this dispatch opened"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// What the records say is missing from, or foreign to, the selection.
+    pub fn faults(mut self) -> Vec<Mismatch> {
+        let Some(chain) = self.chain.clone() else {
+            return self.faults;
+        };
+        let Some((root, _)) = self.runs.get(&chain).cloned() else {
+            self.faults.push(fault(
+                "export",
+                0,
+                0,
+                format!("run {chain}, whose chain the header names, has no record here"),
+                format!("the records of run {chain}"),
+                "none",
+            ));
+            return self.faults;
+        };
+        let root = root.unwrap_or_else(|| chain.clone());
+        for (run, (r, (topic, p, o))) in &self.runs {
+            if r.as_ref().is_some_and(|r| *r != root) {
+                self.faults.push(fault(
+                    topic,
+                    *p,
+                    *o,
+                    format!("run {run} belongs to another chain than {chain}'s"),
+                    format!("root {root}"),
+                    format!("root {}", r.as_deref().unwrap_or_default()),
+                ));
+            }
+        }
+        if !self.runs.contains_key(&root) {
+            self.faults.push(fault(
+                "export",
+                0,
+                0,
+                format!("the chain's root run {root} has no record here"),
+                format!("the records of run {root}"),
+                "none",
+            ));
+        }
+        for (run, (topic, p, o), how) in &self.named {
+            if !self.runs.contains_key(run) {
+                self.faults.push(fault(
+                    topic,
+                    *p,
+                    *o,
+                    format!("run {run}, {how}, is left out of the chain's export"),
+                    format!("the records of run {run}"),
+                    "none",
+                ));
+            }
+        }
+        self.faults
+    }
+}
+
 /// The roots a verifier key signed, from the export's checkpoints.
 pub struct SignedRoots<'k> {
     key: &'k VerifierKey,

@@ -756,7 +756,20 @@ impl<'a> ChainCheck<'a> {
                 .get(&c.from)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            if c.from != o || !prev.is_some_and(|h| known.contains(&h)) {
+            if c.from != o {
+                // The checkpoint starts at a record the log does not hold:
+                // records before this one were removed.
+                let m = mismatch(
+                    name,
+                    p,
+                    o,
+                    "records a checkpoint covers are missing from the log",
+                    format!("record {} next", c.from),
+                    format!("record {o} next (records [{}, {o}) missing)", c.from),
+                );
+                return self.fail(m);
+            }
+            if !prev.is_some_and(|h| known.contains(&h)) {
                 let found = known
                     .first()
                     .map(hex::encode)

@@ -22,10 +22,18 @@ pub struct Mismatch {
 
 impl std::fmt::Display for Mismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Every field may come from the log or an export under audit:
+        // escaped, so none can forge a line or drive the terminal.
+        use crate::report::text;
         write!(
             f,
             "{}/{}@{}: {}: expected {}, found {}",
-            self.topic, self.partition, self.offset, self.what, self.expected, self.found
+            text(&self.topic),
+            self.partition,
+            self.offset,
+            text(&self.what),
+            text(&self.expected),
+            text(&self.found)
         )
     }
 }
@@ -237,6 +245,12 @@ pub enum ExportError {
     UnknownLine { line: usize, found: String },
     #[error("line {line}: record without offset")]
     NoOffset { line: usize },
+    #[error("line {line}: record without a partition number (0 to 4294967295)")]
+    NoPartition { line: usize },
+    #[error(
+        "line {header_line}: the header's selection names neither one run nor one chain: {found}"
+    )]
+    NoSelection { header_line: usize, found: String },
     #[error("line {line}: record_b64 is not base64")]
     NotBase64 { line: usize },
     #[error("line {line}: payload is not hex: {source}")]
@@ -373,9 +387,19 @@ pub fn verify_export_trusting(
         report.mismatches.append(&mut s.faults);
     }
     let mut steps = super::export_proof::RunSteps::default();
+    let mut selection =
+        super::export_proof::Selection::of(&header["selection"]).ok_or_else(|| {
+            ExportError::NoSelection {
+                header_line,
+                found: header["selection"].to_string().chars().take(100).collect(),
+            }
+        })?;
     for (line, v) in records {
         let topic = v["topic"].as_str().unwrap_or_default().to_string();
-        let p = v["partition"].as_u64().unwrap_or(u64::MAX) as u32;
+        let p = v["partition"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+            .ok_or(ExportError::NoPartition { line })?;
         let o = v["offset"].as_u64().ok_or(ExportError::NoOffset { line })?;
         let payload = match v["record_b64"].as_str() {
             Some(b) => {
@@ -389,6 +413,7 @@ pub fn verify_export_trusting(
         };
         report.records += 1;
         steps.note(&v);
+        selection.note(&topic, p, o, &payload);
         if let Some(m) = super::export_proof::metadata_fault(&topic, p, o, &v, &payload) {
             report.mismatches.push(m);
         }
@@ -438,9 +463,33 @@ pub fn verify_export_trusting(
         }
     }
     report.mismatches.extend(steps.gaps());
+    report.mismatches.extend(selection.faults());
     report.signed = signed.map(|s| s.finish());
     report
         .mismatches
         .sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An export's fields and a crafted log's names reach these lines:
+    /// no control character gets to the terminal as itself.
+    #[test]
+    fn a_mismatch_line_escapes_what_the_audited_data_put_in_it() {
+        let m = mismatch(
+            "led\u{0}ger",
+            1,
+            2,
+            "record digest differs",
+            "\r\u{1b}[2K\u{1b}[32mclean: every digest and chain head matches",
+            "ok\n",
+        );
+        let line = m.to_string();
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+        assert!(line.contains("\\u{1b}[32mclean"), "{line}");
+        assert!(line.contains("led\\u{0}ger/1@2"), "{line}");
+    }
 }
