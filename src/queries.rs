@@ -744,7 +744,7 @@ pub fn verify_said(
             "{}",
             json!({"ok": report.clean(), "records": report.records, "checkpoints": report.checkpoints,
                    "covered": report.covered, "first_mismatch": report.first(), "mismatches": report.mismatches,
-                   "torn_tails": torn, "signed": report.signed})
+                   "torn_tails": torn, "signed": report.signed, "since": report.since})
         );
     } else {
         line!(
@@ -774,6 +774,16 @@ pub fn verify_said(
                     line!(out, "  {} up to {} by {}", l.log, l.size, l.by.join(", "));
                 }
             }
+        }
+        if let Some(s) = report.since.as_ref().filter(|s| s.fault.is_none()) {
+            line!(
+                out,
+                "{}: the log at {} extends the checkpoint at {} (consistency proof of {} hashes checked)",
+                s.origin,
+                s.new_size,
+                s.old_size,
+                s.proof.len()
+            );
         }
         for t in torn {
             line!(out, "{t}");
@@ -806,6 +816,7 @@ pub fn verify(
     json: bool,
     progress: &(dyn Fn(u64) + Sync),
     trust: Option<&crate::audit::signed::Trust>,
+    since: Option<&str>,
 ) -> Result<Said, LedgerError> {
     let (mut report, roots) = match trust {
         // One pass: the leaf digests the checkpoints are checked with
@@ -821,6 +832,20 @@ pub fn verify(
             crate::audit::signed::verify_signed_with(log, trust, Some(&roots))?;
         report.mismatches.extend(mismatches);
         report.signed = Some(summary);
+        if let Some(old) = since {
+            let s = crate::audit::signed::verify_since(log, &trust.key, old)?;
+            if let Some(why) = &s.fault {
+                report.mismatches.push(crate::audit::verify::Mismatch {
+                    topic: Topic::Checkpoints.name().to_owned(),
+                    partition: 0,
+                    offset: 0,
+                    what: format!("the log of {} since the old checkpoint", s.origin),
+                    expected: format!("a log extending the one of {} records", s.old_size),
+                    found: why.clone(),
+                });
+            }
+            report.since = Some(s);
+        }
     }
     Ok(verify_said(
         &report,

@@ -652,6 +652,59 @@ fn history_rewritten_and_re_signed_by_the_key_holder_fails_verify_since() {
     );
 }
 
+/// `verify --since` is `verify --key` and the consistency proof: a record
+/// forged in a partition other than the old note's fails it, as it fails
+/// `verify --key`, though the note's partition still extends.
+#[test]
+fn verify_since_runs_every_check_of_verify_key() {
+    let (d, seg, key) = signed_ledger();
+    let old = notes_of(d.path(), &seg).pop().unwrap();
+    // A run in another partition, signed.
+    let other = {
+        let signer =
+            SignerKey::parse(&std::fs::read_to_string(d.path().join("checkpoint.key")).unwrap())
+                .unwrap();
+        let opts = agentledger::engine::EngineOptions {
+            signer: Some(Arc::new(signer)),
+            ..common::fixed_clock_options()
+        };
+        let mut l = common::Ledger::open_with(d.path(), &common::Backend::Embedded, opts);
+        let other = (0..)
+            .find_map(|i| {
+                let run = format!("elsewhere-{i}");
+                l.open_run(&run, "developer");
+                Some(segment_of_key(d.path(), &run)).filter(|s| *s != seg)
+            })
+            .unwrap();
+        l.engine.checkpoint(true).unwrap();
+        other
+    };
+    let (code, v) = verify_since(d.path(), &old, &key);
+    assert_eq!(code, 0, "{v}");
+    let mut frames = read_frames(&other);
+    let n = frames[0].1.len();
+    frames[0].1[n - 3] ^= 0x01;
+    write_frames(&other, &frames);
+    let (code, v) = verify_since(d.path(), &old, &key);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["since"]["fault"].is_null(),
+        "the note's own partition extends: {v}"
+    );
+    assert_eq!(
+        v["first_mismatch"]["partition"].as_u64(),
+        Some(partition_of(&other)),
+        "{v}"
+    );
+}
+
+fn segment_of_key(dir: &Path, key: &str) -> PathBuf {
+    (0..4)
+        .map(|p| dir.join(format!("log/ledger/{p}/{:020}.seg", 0)))
+        .find(|s| s.exists() && read_frames(s).iter().any(|(k, _)| k == key.as_bytes()))
+        .unwrap()
+}
+
 /// `proof inclusion` and `proof consistency` print RFC 9162 proofs that
 /// verify against the root the ledger signed.
 #[test]

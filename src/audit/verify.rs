@@ -49,6 +49,10 @@ pub struct VerifyReport {
     /// What a verifier key's signatures attest (`verify --key`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signed: Option<super::signed::SignedSummary>,
+    /// Whether the log extends an older signed checkpoint (`verify
+    /// --since`); a log that does not also has a mismatch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<super::signed::Since>,
 }
 
 impl VerifyReport {

@@ -37,10 +37,16 @@ pub fn verify(
     cli: &Cli,
     export: Option<&std::path::Path>,
     key: Option<&str>,
+    since: Option<&std::path::Path>,
     witness_keys: &[String],
     witnesses: Option<usize>,
 ) -> Result<i32> {
     let key = key.map(verifier_key).transpose()?;
+    let since = since
+        .map(|old| {
+            std::fs::read_to_string(old).with_context(|| format!("reading {}", old.display()))
+        })
+        .transpose()?;
     let trust = match &key {
         Some(k) => Some(
             agentledger::audit::signed::Trust::new(
@@ -64,12 +70,23 @@ pub fn verify(
         return super::inspect::print(&queries::verify_said(&report, &[], &subject, cli.json));
     }
     if let Some(server) = super::remote::server_for(cli)? {
+        if since.is_some() {
+            anyhow::bail!(
+                "verify --since reads the log itself; stop the server on this data dir, or run it where the log is readable"
+            );
+        }
         return super::inspect::print(&server.verify(cli.json, trust.as_ref())?);
     }
     let (_lock, log) = super::open_log_read_only(cli)?;
     let total = agentledger::rebuild::projected_records(log.as_ref())?;
     let bar = super::progress_bar(cli, total, "verifying");
-    let said = queries::verify(log.as_ref(), cli.json, &|n| bar.inc(n), trust.as_ref())?;
+    let said = queries::verify(
+        log.as_ref(),
+        cli.json,
+        &|n| bar.inc(n),
+        trust.as_ref(),
+        since.as_deref(),
+    )?;
     bar.finish_and_clear();
     super::inspect::print(&said)
 }
@@ -262,36 +279,6 @@ pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
             Ok(0)
         }
     }
-}
-
-/// `verify --since OLD --key K`: 0 when the log extends the old checkpoint,
-/// 1 when it does not, 2 when it cannot tell.
-pub fn verify_since(cli: &Cli, old: &std::path::Path, key: &str) -> Result<i32> {
-    let key = verifier_key(key)?;
-    let note =
-        std::fs::read_to_string(old).with_context(|| format!("reading {}", old.display()))?;
-    if super::remote::server_for(cli)?.is_some() {
-        anyhow::bail!(
-            "verify --since reads the log itself; stop the server on this data dir, or run it where the log is readable"
-        );
-    }
-    let (_lock, log) = super::open_log_read_only(cli)?;
-    let since = agentledger::audit::signed::verify_since(log.as_ref(), &key, &note)?;
-    if cli.json {
-        outln!("{}", json!({"ok": since.fault.is_none(), "since": since}));
-    } else {
-        match &since.fault {
-            None => outln!(
-                "{}: the log at {} extends the checkpoint at {} (consistency proof of {} hashes checked)",
-                since.origin,
-                since.new_size,
-                since.old_size,
-                since.proof.len()
-            ),
-            Some(why) => outln!("MISMATCH {}: {why}", since.origin),
-        }
-    }
-    Ok(if since.fault.is_none() { 0 } else { 1 })
 }
 
 /// `proof inclusion|consistency`: 0 with the proof printed, 1 when the

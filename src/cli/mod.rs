@@ -331,10 +331,10 @@ pub enum Command {
         /// under a signed checkpoint whose Merkle root matches the log.
         #[arg(long, env = "AGENTLEDGER_VERIFIER_KEY")]
         key: Option<String>,
-        /// Prove that today's log extends the one this older signed
+        /// Also prove that today's log extends the one this older signed
         /// checkpoint (a file holding its note) attested: nothing
         /// rewritten, nothing removed (RFC 9162 consistency proof; needs
-        /// --key).
+        /// --key; every other check of `verify --key` runs as well).
         #[arg(long, requires = "key", conflicts_with = "export")]
         since: Option<PathBuf>,
         /// Require cosignatures by this witness (its key as `key show
@@ -343,7 +343,7 @@ pub enum Command {
         /// every cosigned checkpoint must be one this log has; with
         /// --export, every record must be proven under a checkpoint of the
         /// export that --witnesses of them cosigned.
-        #[arg(long, requires = "key", conflicts_with = "since")]
+        #[arg(long, requires = "key")]
         witness_key: Vec<String>,
         /// How many of the witness keys must have cosigned (default: all).
         #[arg(long, requires = "witness_key")]
@@ -906,13 +906,9 @@ fn run_command(cli: Cli) -> Result<i32> {
         ),
         Command::Stats { task, .. } => inspect::ask(&cli, Query::Stats { task: task.clone() }),
         Command::Verify {
-            key,
-            since: Some(old),
-            ..
-        } => audit::verify_since(&cli, old, key.as_deref().unwrap_or_default()),
-        Command::Verify {
             export,
             key,
+            since,
             witness_key,
             witnesses,
             ..
@@ -920,6 +916,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             &cli,
             export.as_deref(),
             key.as_deref(),
+            since.as_deref(),
             witness_key,
             *witnesses,
         ),

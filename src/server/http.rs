@@ -842,7 +842,7 @@ async fn verify(
     let json = p.format.as_deref() != Some("text");
     let log = s.ledger.log.clone();
     let said = tokio::task::spawn_blocking(move || {
-        queries::verify(log.as_ref(), json, &|_| {}, trust.as_ref())
+        queries::verify(log.as_ref(), json, &|_| {}, trust.as_ref(), None)
     })
     .await;
     let response = match said {
