@@ -773,6 +773,13 @@ pub fn verify_said(
                 for l in &w.logs {
                     line!(out, "  {} up to {} by {}", l.log, l.size, l.by.join(", "));
                 }
+                if w.unwitnessed > 0 {
+                    line!(
+                        out,
+                        "  {} records past the newest cosigned checkpoints rest on the ledger's key alone (--all-witnessed refuses them; --since with a witness's own latest cosigned note proves the log extends it)",
+                        w.unwitnessed
+                    );
+                }
             }
         }
         if let Some(s) = report.since.as_ref().filter(|s| s.fault.is_none()) {

@@ -234,6 +234,59 @@ fn the_key_holders_rewrite_re_signed_is_caught_by_the_witnesses_cosignatures() {
     assert!(said(&v).contains("at most 0 cosigned one"), "{v}");
 }
 
+/// Records past the newest cosigned checkpoint (as after an insider cut
+/// the log back to before newer cosignatures and wrote another history on
+/// top) rest on the ledger's key alone: `verify --witness-key` counts and
+/// says so, and with `--all-witnessed` refuses them, naming the log.
+#[test]
+fn records_past_the_newest_witnessed_checkpoint_are_counted_and_refused_on_request() {
+    let (d, seg, key) = signed_ledger();
+    let witness = witnessed_by_one(d.path());
+    // A run landing in r0's partition, so every log stays witnessed up to
+    // somewhere.
+    let later = (0..)
+        .map(|i| format!("r0-later-{i}"))
+        .find(|r| {
+            u64::from(agentledger::log::partition_for_key(r.as_bytes(), 4)) == partition_of(&seg)
+        })
+        .unwrap();
+    {
+        let signer =
+            SignerKey::parse(&std::fs::read_to_string(d.path().join("checkpoint.key")).unwrap())
+                .unwrap();
+        let opts = agentledger::engine::EngineOptions {
+            signer: Some(Arc::new(signer)),
+            ..common::fixed_clock_options()
+        };
+        let mut l = common::Ledger::open_with(d.path(), &common::Backend::Embedded, opts);
+        l.open_run(&later, "developer");
+        l.engine.checkpoint(true).unwrap();
+    }
+    let (code, v) = common::verify_json(d.path(), &["--key", &key, "--witness-key", &witness]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["signed"]["witnessed"]["unwitnessed"], 1, "{v}");
+    let (code, text, _) = common::cli(
+        d.path(),
+        &["verify", "--key", &key, "--witness-key", &witness],
+    );
+    assert_eq!(code, 0);
+    assert!(
+        text.contains(
+            "1 records past the newest cosigned checkpoints rest on the ledger's key alone"
+        ),
+        "{text}"
+    );
+    let (code, v) = common::verify_json(
+        d.path(),
+        &["--key", &key, "--witness-key", &witness, "--all-witnessed"],
+    );
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        said(&v).contains("past its newest witnessed checkpoint"),
+        "{v}"
+    );
+}
+
 #[test]
 fn the_insiders_forgery_with_every_digest_recomputed_is_caught_by_the_signature() {
     let (d, seg, key) = signed_ledger();

@@ -316,6 +316,17 @@ fn a_witness_cosigns_what_extends_and_refuses_a_rewritten_history() {
         "{lines:?}"
     );
     assert!(lines.iter().all(|l| l["cosigned"] == true));
+    // Each line carries the note as cosigned, for auditors to take from
+    // the witness: the ledger's signature and the witness's, over it.
+    for l in &lines {
+        let note = l["note"].as_str().unwrap();
+        assert!(note.starts_with(l["origin"].as_str().unwrap()), "{note}");
+        assert!(note.contains("\n\n\u{2014} tlog.example "), "{note}");
+        assert!(
+            note.ends_with('\n') && note.contains("\n\u{2014} witness.example/w1 "),
+            "{note}"
+        );
+    }
     // The ledger keeps the cosignature and serves it with the note.
     let witnessed = text(&c, &s.url, "/v1/log/ledger/0/witnessed");
     assert!(

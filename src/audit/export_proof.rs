@@ -423,6 +423,8 @@ impl<'k> SignedRoots<'k> {
                 witnesses: self.witness_names,
                 required: self.need,
                 witnessed: self.summary.witnessed.as_ref().map_or(0, |w| w.witnessed),
+                // An export's record not witnessed is a mismatch already.
+                unwitnessed: 0,
                 logs: Vec::new(),
             };
             for ((topic, p), (size, by)) in self.witnessed_logs {

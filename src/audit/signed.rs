@@ -41,6 +41,10 @@ pub struct Trust {
     pub key: VerifierKey,
     pub witnesses: Vec<VerifierKey>,
     pub need: usize,
+    /// Records past a log's newest witnessed checkpoint are a mismatch,
+    /// not a count: the log's own files can always hide cosignatures
+    /// newer than the ones they keep.
+    pub all_witnessed: bool,
 }
 
 impl Trust {
@@ -49,7 +53,14 @@ impl Trust {
             key,
             witnesses: Vec::new(),
             need: 0,
+            all_witnessed: false,
         }
+    }
+
+    /// Require every record under a witnessed checkpoint.
+    pub fn requiring_all_witnessed(mut self, yes: bool) -> Self {
+        self.all_witnessed = yes;
+        self
     }
 
     /// The ledger's key and witness keys of which `need` (default: all)
@@ -83,6 +94,7 @@ impl Trust {
             key,
             witnesses,
             need,
+            all_witnessed: false,
         })
     }
 }
@@ -96,6 +108,9 @@ pub struct WitnessedSummary {
     pub required: usize,
     /// Records under a checkpoint that enough of them cosigned.
     pub witnessed: u64,
+    /// Records past each log's newest checkpoint that enough of them
+    /// cosigned: attested by the ledger's key alone.
+    pub unwitnessed: u64,
     /// Per log: the largest checkpoint cosigned by enough witnesses.
     pub logs: Vec<WitnessedLog>,
 }
@@ -369,6 +384,19 @@ fn check_witnessed(
         match best {
             Some((size, who)) => {
                 summary.witnessed += size;
+                summary.unwitnessed += end.saturating_sub(size);
+                if trust.all_witnessed && end > size {
+                    mismatches.push(bad(
+                        topic.name(),
+                        p,
+                        size,
+                        format!("records of {topic}/{p} past its newest witnessed checkpoint"),
+                        format!(
+                            "every record under a checkpoint cosigned by {need} of the witnesses"
+                        ),
+                        format!("{} records after the {size} cosigned", end - size),
+                    ));
+                }
                 summary.logs.push(WitnessedLog {
                     log: format!("{topic}/{p}"),
                     size,
@@ -376,6 +404,7 @@ fn check_witnessed(
                 });
             }
             None if end > 0 => {
+                summary.unwitnessed += end;
                 let most = by
                     .get(&(topic, p))
                     .and_then(|s| s.values().map(Vec::len).max())

@@ -39,7 +39,7 @@ pub fn verify(
     key: Option<&str>,
     since: Option<&std::path::Path>,
     witness_keys: &[String],
-    witnesses: Option<usize>,
+    (witnesses, all_witnessed): (Option<usize>, bool),
 ) -> Result<i32> {
     let key = key.map(verifier_key).transpose()?;
     let since = since
@@ -57,7 +57,8 @@ pub fn verify(
                     .collect::<Result<Vec<_>>>()?,
                 witnesses,
             )
-            .map_err(|why| anyhow::anyhow!("--witness-key: {why}"))?,
+            .map_err(|why| anyhow::anyhow!("--witness-key: {why}"))?
+            .requiring_all_witnessed(all_witnessed),
         ),
         None => None,
     };

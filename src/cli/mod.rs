@@ -348,6 +348,12 @@ pub enum Command {
         /// How many of the witness keys must have cosigned (default: all).
         #[arg(long, requires = "witness_key")]
         witnesses: Option<usize>,
+        /// Refuse records past each log's newest witnessed checkpoint
+        /// (without it they are counted as attested by the ledger's key
+        /// alone): a log's own files can hide newer cosignatures, so an
+        /// auditor who needs every record witnessed asks for it.
+        #[arg(long, requires = "witness_key")]
+        all_witnessed: bool,
         #[command(flatten)]
         acting: ActingAs,
     },
@@ -911,6 +917,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             since,
             witness_key,
             witnesses,
+            all_witnessed,
             ..
         } => audit::verify(
             &cli,
@@ -918,7 +925,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             key.as_deref(),
             since.as_deref(),
             witness_key,
-            *witnesses,
+            (*witnesses, *all_witnessed),
         ),
         Command::Checkpoint => audit::checkpoint(&cli),
         Command::Proof {

@@ -234,6 +234,9 @@ impl Server {
                 let keys: Vec<String> = t.witnesses.iter().map(|w| w.to_string()).collect();
                 q.push(("witness_keys", keys.join(",")));
                 q.push(("witnesses", t.need.to_string()));
+                if t.all_witnessed {
+                    q.push(("all_witnessed", "true".to_string()));
+                }
             }
         }
         let r = self

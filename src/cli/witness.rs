@@ -169,9 +169,11 @@ fn round(
                     );
                 }
                 let size = state.get(&want).map_or(0, |s| s.size);
+                // The note as cosigned: what an auditor takes from the
+                // witness, not from the ledger, to `verify --since`.
                 outln!(
                     "{}",
-                    json!({"origin": want, "size": size, "cosigned": true})
+                    json!({"origin": want, "size": size, "cosigned": true, "note": format!("{own}{line}")})
                 );
             }
             Ok(None) => {}

@@ -789,6 +789,9 @@ pub struct VerifyParams {
     /// How many of them must have cosigned (default: all).
     #[serde(default)]
     witnesses: Option<usize>,
+    /// Records past a log's newest witnessed checkpoint are a mismatch.
+    #[serde(default)]
+    all_witnessed: bool,
 }
 
 /// The keys a verify request trusts.
@@ -817,7 +820,7 @@ fn trust_of(p: &VerifyParams) -> Result<Option<crate::audit::signed::Trust>, Fai
         .map(|k| VerifierKey::parse(k).map_err(|e| bad("witness_keys", e)))
         .collect::<Result<Vec<_>, _>>()?;
     crate::audit::signed::Trust::new(key, witnesses, p.witnesses)
-        .map(Some)
+        .map(|t| Some(t.requiring_all_witnessed(p.all_witnessed)))
         .map_err(|why| Failure::new(Code::InvalidRequest, why))
 }
 
