@@ -744,7 +744,8 @@ pub fn verify_said(
             "{}",
             json!({"ok": report.clean(), "records": report.records, "checkpoints": report.checkpoints,
                    "covered": report.covered, "first_mismatch": report.first(), "mismatches": report.mismatches,
-                   "torn_tails": torn, "signed": report.signed, "since": report.since})
+                   "torn_tails": torn, "signed": report.signed, "since": report.since,
+                   "published": report.published})
         );
     } else {
         line!(
@@ -781,6 +782,12 @@ pub fn verify_said(
                     );
                 }
             }
+        }
+        if let Some(n) = report.published {
+            line!(
+                out,
+                "published topic: {n} events held against the ledger's records"
+            );
         }
         if let Some(s) = report.since.as_ref().filter(|s| s.fault.is_none()) {
             line!(
@@ -824,6 +831,7 @@ pub fn verify(
     progress: &(dyn Fn(u64) + Sync),
     trust: Option<&crate::audit::signed::Trust>,
     since: Option<&str>,
+    published: bool,
 ) -> Result<Said, LedgerError> {
     let (mut report, roots) = match trust {
         // One pass: the leaf digests the checkpoints are checked with
@@ -853,6 +861,11 @@ pub fn verify(
             }
             report.since = Some(s);
         }
+    }
+    if published {
+        let check = crate::audit::published_check::check_published(log)?;
+        report.mismatches.extend(check.mismatches);
+        report.published = Some(check.events);
     }
     Ok(verify_said(
         &report,

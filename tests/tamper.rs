@@ -407,3 +407,59 @@ fn r16_automatic_checkpoints_attest_exactly_what_the_log_holds() {
     let (code, v) = verify(d.path());
     assert_eq!(code, 0, "{v}");
 }
+
+/// The `published` topic is derived: `verify --published` holds each event
+/// against the ledger's records. An event's labels edited, an event made
+/// up, and an event of a dispatched run taken away are each named; the
+/// untouched topic is clean.
+#[test]
+fn published_events_edited_made_up_or_removed_are_named_by_verify_published() {
+    let (d, _) = ledger();
+    let (code, v) = common::verify_json(d.path(), &["--published"]);
+    assert_eq!(code, 0, "{v}");
+    assert!(v["published"].as_u64().unwrap() >= 1, "{v}");
+    let seg = (0..4)
+        .map(|p| d.path().join(format!("log/published/{p}/{:020}.seg", 0)))
+        .find(|s| s.exists() && !read_frames(s).is_empty())
+        .unwrap();
+    let frames = read_frames(&seg);
+    let said = |v: &Value| v["mismatches"].to_string();
+    let with = |edit: &dyn Fn(&mut Vec<(Vec<u8>, Vec<u8>)>)| {
+        let mut f = frames.clone();
+        edit(&mut f);
+        write_frames(&seg, &f);
+        let out = common::verify_json(d.path(), &["--published"]);
+        write_frames(&seg, &frames);
+        out
+    };
+    let (code, v) = with(&|f| {
+        let mut e: Value = serde_json::from_slice(&f[0].1).unwrap();
+        e["data"]["context"] = json!("edited");
+        f[0].1 = serde_json::to_vec(&e).unwrap();
+    });
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        said(&v).contains("/data/context is not what the ledger published"),
+        "{v}"
+    );
+    let (code, v) = with(&|f| {
+        let mut e: Value = serde_json::from_slice(&f[0].1).unwrap();
+        e["id"] = json!("ae-made-up");
+        e["data"]["event_id"] = json!("ae-made-up");
+        f.push((f[0].0.clone(), serde_json::to_vec(&e).unwrap()));
+    });
+    assert_eq!(code, 1, "{v}");
+    assert!(said(&v).contains("ae-made-up of run"), "{v}");
+    assert!(said(&v).contains("was not published by its close"), "{v}");
+    let (code, v) = with(&|f| {
+        f.remove(0);
+    });
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        said(&v).contains("dispatched, is not on the published topic"),
+        "{v}"
+    );
+    // Without --published the derived topic is not read.
+    let (code, _) = common::verify_json(d.path(), &[]);
+    assert_eq!(code, 0);
+}

@@ -11,7 +11,9 @@
 //! whoever can rewrite both the log and the checkpoints, a checkpoint key
 //! signs each partition's RFC 9162 Merkle tree (`merkle`, `note`,
 //! `signed`); the tree is kept as tiles (`tiles`) for fast proofs, and
-//! exports carry inclusion proofs (`export`, `export_proof`).
+//! exports carry inclusion proofs (`export`, `export_proof`). The
+//! `published` topic is derived, not attested: `published_check` holds it
+//! against the ledger's records.
 
 pub mod attest;
 pub mod checkpoint;
@@ -21,6 +23,7 @@ pub mod hashchain;
 pub mod log_verify;
 pub mod merkle;
 pub mod note;
+pub mod published_check;
 pub mod recent;
 pub mod signed;
 pub mod tiles;

@@ -53,6 +53,9 @@ pub struct VerifyReport {
     /// --since`); a log that does not also has a mismatch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub since: Option<super::signed::Since>,
+    /// Published events held against the ledger (`verify --published`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub published: Option<u64>,
 }
 
 impl VerifyReport {

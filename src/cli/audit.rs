@@ -33,14 +33,27 @@ pub fn verifier_key(given: &str) -> Result<agentledger::audit::note::VerifierKey
     }
 }
 
-pub fn verify(
-    cli: &Cli,
-    export: Option<&std::path::Path>,
-    key: Option<&str>,
-    since: Option<&std::path::Path>,
-    witness_keys: &[String],
-    (witnesses, all_witnessed): (Option<usize>, bool),
-) -> Result<i32> {
+/// What `verify` was asked.
+pub struct VerifyAsked<'a> {
+    pub export: Option<&'a std::path::Path>,
+    pub key: Option<&'a str>,
+    pub since: Option<&'a std::path::Path>,
+    pub witness_keys: &'a [String],
+    pub witnesses: Option<usize>,
+    pub all_witnessed: bool,
+    pub published: bool,
+}
+
+pub fn verify(cli: &Cli, asked: VerifyAsked<'_>) -> Result<i32> {
+    let VerifyAsked {
+        export,
+        key,
+        since,
+        witness_keys,
+        witnesses,
+        all_witnessed,
+        published,
+    } = asked;
     let key = key.map(verifier_key).transpose()?;
     let since = since
         .map(|old| {
@@ -76,7 +89,7 @@ pub fn verify(
                 "verify --since reads the log itself; stop the server on this data dir, or run it where the log is readable"
             );
         }
-        return super::inspect::print(&server.verify(cli.json, trust.as_ref())?);
+        return super::inspect::print(&server.verify(cli.json, trust.as_ref(), published)?);
     }
     let (_lock, log) = super::open_log_read_only(cli)?;
     let total = agentledger::rebuild::projected_records(log.as_ref())?;
@@ -87,6 +100,7 @@ pub fn verify(
         &|n| bar.inc(n),
         trust.as_ref(),
         since.as_deref(),
+        published,
     )?;
     bar.finish_and_clear();
     super::inspect::print(&said)

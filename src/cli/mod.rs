@@ -354,6 +354,13 @@ pub enum Command {
         /// auditor who needs every record witnessed asks for it.
         #[arg(long, requires = "witness_key")]
         all_witnessed: bool,
+        /// Also hold every event of the `published` topic (derived data no
+        /// checkpoint covers) against the ledger's records: each must be
+        /// one a run's close published, as the dispatcher builds it, and
+        /// every event of a dispatched run must be there. Decodes every
+        /// ledger record.
+        #[arg(long, conflicts_with = "export")]
+        published: bool,
         #[command(flatten)]
         acting: ActingAs,
     },
@@ -918,14 +925,19 @@ fn run_command(cli: Cli) -> Result<i32> {
             witness_key,
             witnesses,
             all_witnessed,
+            published,
             ..
         } => audit::verify(
             &cli,
-            export.as_deref(),
-            key.as_deref(),
-            since.as_deref(),
-            witness_key,
-            (*witnesses, *all_witnessed),
+            audit::VerifyAsked {
+                export: export.as_deref(),
+                key: key.as_deref(),
+                since: since.as_deref(),
+                witness_keys: witness_key,
+                witnesses: *witnesses,
+                all_witnessed: *all_witnessed,
+                published: *published,
+            },
         ),
         Command::Checkpoint => audit::checkpoint(&cli),
         Command::Proof {

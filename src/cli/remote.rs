@@ -226,8 +226,12 @@ impl Server {
         &self,
         json: bool,
         trust: Option<&agentledger::audit::signed::Trust>,
+        published: bool,
     ) -> Result<Said> {
         let mut q = vec![("format", (if json { "json" } else { "text" }).to_string())];
+        if published {
+            q.push(("published", "true".to_string()));
+        }
         if let Some(t) = trust {
             q.push(("key", t.key.to_string()));
             if !t.witnesses.is_empty() {

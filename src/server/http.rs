@@ -792,6 +792,9 @@ pub struct VerifyParams {
     /// Records past a log's newest witnessed checkpoint are a mismatch.
     #[serde(default)]
     all_witnessed: bool,
+    /// Hold the published topic against the ledger too.
+    #[serde(default)]
+    published: bool,
 }
 
 /// The keys a verify request trusts.
@@ -843,9 +846,17 @@ async fn verify(
         return overloaded(s.opts.max_in_flight);
     };
     let json = p.format.as_deref() != Some("text");
+    let p_published = p.published;
     let log = s.ledger.log.clone();
     let said = tokio::task::spawn_blocking(move || {
-        queries::verify(log.as_ref(), json, &|_| {}, trust.as_ref(), None)
+        queries::verify(
+            log.as_ref(),
+            json,
+            &|_| {},
+            trust.as_ref(),
+            None,
+            p_published,
+        )
     })
     .await;
     let response = match said {
