@@ -140,7 +140,7 @@ pub fn check_published(log: &dyn Log) -> Result<PublishedCheck> {
                     serde_json::to_value(&e).unwrap_or_default(),
                 );
                 let field = first_difference(&w, &f);
-                return fault(
+                fault(
                     format!(
                         "event {} of run {}: {field} is not what the ledger published",
                         e.id, e.subject
