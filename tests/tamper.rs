@@ -424,7 +424,8 @@ fn published_events_edited_made_up_or_removed_are_named_by_verify_published() {
         .unwrap();
     let frames = read_frames(&seg);
     let said = |v: &Value| v["mismatches"].to_string();
-    let with = |edit: &dyn Fn(&mut Vec<(Vec<u8>, Vec<u8>)>)| {
+    type Frames = Vec<(Vec<u8>, Vec<u8>)>;
+    let with = |edit: &dyn Fn(&mut Frames)| {
         let mut f = frames.clone();
         edit(&mut f);
         write_frames(&seg, &f);
