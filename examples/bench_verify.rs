@@ -169,14 +169,15 @@ fn main() {
         // `verify --key` as the CLI runs it: one pass over the records
         // checks the chains and builds the trees, then the notes.
         let t = Instant::now();
-        let (keyed, roots) =
-            agentledger::audit::verify::verify_log_with_roots(&log, &|_| {}).unwrap();
+        let (keyed, for_key) =
+            agentledger::audit::log_verify::verify_log_for_key(&log, &|_| {}).unwrap();
         assert!(keyed.clean(), "{:?}", keyed.first());
         let chains = t.elapsed().as_secs_f64();
-        let (summary, faults) = agentledger::audit::signed::verify_signed_with(
+        let (summary, faults) = agentledger::audit::signed::verify_signed_given(
             &log,
             &agentledger::audit::signed::Trust::key_only(verifier.clone()),
-            Some(&roots),
+            Some(&for_key.roots),
+            &for_key.noted,
         )
         .unwrap();
         let ks = t.elapsed().as_secs_f64();

@@ -833,18 +833,19 @@ pub fn verify(
     since: Option<&str>,
     published: bool,
 ) -> Result<Said, LedgerError> {
-    let (mut report, roots) = match trust {
+    let (mut report, for_key) = match trust {
         // One pass: the leaf digests the checkpoints are checked with
-        // build the trees the signed notes are checked against.
-        Some(_) => crate::audit::verify::verify_log_with_roots(log, progress)?,
-        None => (
-            crate::audit::verify::verify_log(log, progress)?,
-            Default::default(),
-        ),
+        // build the trees the signed notes are checked against, and the
+        // checkpoints it reads carry the notes.
+        Some(_) => {
+            let (r, k) = crate::audit::log_verify::verify_log_for_key(log, progress)?;
+            (r, Some(k))
+        }
+        None => (crate::audit::verify::verify_log(log, progress)?, None),
     };
-    if let Some(trust) = trust {
+    if let (Some(trust), Some(k)) = (trust, for_key) {
         let (summary, mismatches) =
-            crate::audit::signed::verify_signed_with(log, trust, Some(&roots))?;
+            crate::audit::signed::verify_signed_given(log, trust, Some(&k.roots), &k.noted)?;
         report.mismatches.extend(mismatches);
         report.signed = Some(summary);
         if let Some(old) = since {

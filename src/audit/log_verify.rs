@@ -43,14 +43,31 @@ pub fn verify_log_with_roots(
     log: &dyn Log,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(VerifyReport, Roots)> {
-    verify_log_inner(log, progress, true)
+    verify_log_inner(log, progress, true).map(|(r, roots, _)| (r, roots))
+}
+
+/// What `verify --key` takes from the pass over the log besides its
+/// report: every partition's tree roots at checkpoint ends, and every
+/// checkpoint that carries a note, as read (duplicates too), so the notes
+/// are checked without reading the checkpoints topic again.
+pub struct ForKey {
+    pub roots: Roots,
+    pub noted: Vec<Header>,
+}
+
+/// [`verify_log_with_roots`], keeping the checkpoints with notes.
+pub fn verify_log_for_key(
+    log: &dyn Log,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<(VerifyReport, ForKey)> {
+    verify_log_inner(log, progress, true).map(|(r, roots, noted)| (r, ForKey { roots, noted }))
 }
 
 fn verify_log_inner(
     log: &dyn Log,
     progress: &(dyn Fn(u64) + Sync),
     trees: bool,
-) -> Result<(VerifyReport, Roots)> {
+) -> Result<(VerifyReport, Roots, Vec<Header>)> {
     let pass = Pass::new(log, progress, trees, CHUNK, DIGEST_AHEAD)?;
     let workers = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -94,6 +111,19 @@ struct Chunk {
     /// The first record whose body does not match its envelope (no
     /// checkpoint covering it); `recs` stop before it.
     broken: Option<Mismatch>,
+    /// The chunk's own Merkle frontier, when trees are built and the
+    /// checkpoints' ends were known as it was digested.
+    tree: Option<ChunkTree>,
+}
+
+/// The Merkle frontier of a chunk's leaves, built by the worker that
+/// digested it, and its frontiers at the checkpoint ends inside it: the
+/// check joins them to the partition's tree in order (a chunk is aligned
+/// to its power-of-two size) instead of hashing the tree's nodes alone.
+#[derive(Default)]
+struct ChunkTree {
+    frontier: super::merkle::Frontier,
+    at_ends: Vec<(u64, super::merkle::Frontier)>,
 }
 
 struct Rec {
@@ -112,6 +142,8 @@ struct Part<'a> {
     end_hint: u64,
     /// The offset ranges its checkpoints cover, merged, once read.
     covered: OnceLock<Vec<(u64, u64)>>,
+    /// Where its checkpoints end, sorted, once read.
+    ends: OnceLock<Vec<u64>>,
     seq: Mutex<Seq<'a>>,
 }
 
@@ -148,6 +180,8 @@ struct Pass<'a> {
     ready_cv: Condvar,
     /// How many checkpoints, and the unreadable ones.
     checkpoints: Mutex<(u64, Vec<Mismatch>)>,
+    /// The checkpoints with notes (kept when trees are built).
+    noted: Mutex<Vec<Header>>,
     budget: AtomicUsize,
     /// Record buffers of checked chunks, for the next ones: fresh memory
     /// costs the kernel a zeroed page per 4 KiB.
@@ -174,6 +208,7 @@ impl<'a> Pass<'a> {
                     p,
                     end_hint: log.end_offset(topic, p)?,
                     covered: OnceLock::new(),
+                    ends: OnceLock::new(),
                     seq: Mutex::new(Seq::default()),
                 });
             }
@@ -194,6 +229,7 @@ impl<'a> Pass<'a> {
             ready: Mutex::new(None),
             ready_cv: Condvar::new(),
             checkpoints: Mutex::new((0, Vec::new())),
+            noted: Mutex::new(Vec::new()),
             budget: AtomicUsize::new(budget),
             pool: Mutex::new(Vec::new()),
         })
@@ -276,8 +312,11 @@ impl<'a> Pass<'a> {
     /// Read the checkpoints and give each partition its check; then check
     /// whatever was digested meanwhile.
     fn read_headers(&self) -> Result<()> {
-        let (mut by_tp, bad, n) = match read_checkpoints(self.log) {
-            Ok(x) => x,
+        let (mut by_tp, bad, n) = match read_checkpoints(self.log, self.trees) {
+            Ok((by_tp, bad, n, noted)) => {
+                *self.noted.lock().map_err(poisoned)? = noted;
+                (by_tp, bad, n)
+            }
             Err(e) => {
                 // Unblock the others before failing.
                 self.set_ready(ByPartition::new())?;
@@ -290,6 +329,10 @@ impl<'a> Pass<'a> {
                 .remove(&(part.topic.name().to_string(), part.p))
                 .unwrap_or_default();
             let _ = part.covered.set(covered_spans(&cps));
+            let mut ends: Vec<u64> = cps.iter().map(|c| c.to).collect();
+            ends.sort_unstable();
+            ends.dedup();
+            let _ = part.ends.set(ends);
             let whole = !cps.iter().all(|c| c.kind() == DigestKind::Leaf);
             let mut check = ChainCheck::new(self.log, part.topic.name(), part.p, cps);
             if self.trees {
@@ -328,6 +371,16 @@ impl<'a> Pass<'a> {
         recs.clear();
         let limit = to.unwrap_or(u64::MAX);
         let mut broken = None;
+        // The chunk's share of the partition's tree, when it can be built
+        // here: the checkpoints' ends known, chunks aligned.
+        let ends = part
+            .ends
+            .get()
+            .filter(|_| self.trees && self.chunk.is_power_of_two())
+            .map(Vec::as_slice);
+        let mut tree = ends.map(|_| ChunkTree::default());
+        let ends = ends.unwrap_or_default();
+        let mut next_end = ends.partition_point(|&e| e <= from);
         let mut at = from;
         while at < limit && broken.is_none() {
             let before = recs.len();
@@ -352,9 +405,25 @@ impl<'a> Pass<'a> {
                         }
                         _ => false,
                     };
+                    let leaf = super::merkle::leaf_hash(r.payload);
+                    if let Some(t) = tree.as_mut() {
+                        if from + t.frontier.size() == r.offset {
+                            t.frontier.push(leaf);
+                            let size = r.offset + 1;
+                            while ends.get(next_end).is_some_and(|&e| e < size) {
+                                next_end += 1;
+                            }
+                            if ends.get(next_end) == Some(&size) {
+                                t.at_ends.push((size, t.frontier.clone()));
+                                next_end += 1;
+                            }
+                        } else {
+                            tree = None;
+                        }
+                    }
                     recs.push(Rec {
                         offset: r.offset,
-                        leaf: super::merkle::leaf_hash(r.payload),
+                        leaf,
                         body_checked,
                     });
                     ControlFlow::Continue(())
@@ -376,6 +445,7 @@ impl<'a> Pass<'a> {
             last: to.is_none(),
             recs,
             broken,
+            tree,
         })
     }
 
@@ -446,8 +516,11 @@ impl<'a> Pass<'a> {
 
     /// Feed a chunk to the check; where the next chunk starts, or `None`
     /// once the partition is done (its end, or a mismatch).
-    fn check_chunk(&self, check: &mut ChainCheck<'a>, chunk: Chunk) -> Option<u64> {
+    fn check_chunk(&self, check: &mut ChainCheck<'a>, mut chunk: Chunk) -> Option<u64> {
         let (name, p) = (check.name, check.p);
+        let tree = chunk.tree.take();
+        // Without the chunk's own frontier the check grows the tree.
+        check.tree_inline = tree.is_none();
         for r in &chunk.recs {
             let mut d = Digests::leaf(name, p, r.offset, r.leaf);
             if r.body_checked {
@@ -460,10 +533,13 @@ impl<'a> Pass<'a> {
         if check.found.is_none() {
             check.found = chunk.broken.clone();
         }
-        let (to, last) = (chunk.to, chunk.last);
+        let (from, to, last) = (chunk.from, chunk.to, chunk.last);
         self.recycle([chunk]);
         if check.found.is_some() {
             return None;
+        }
+        if let Some(t) = tree {
+            check.graft(from, t);
         }
         if last {
             check.end(to);
@@ -507,7 +583,7 @@ impl<'a> Pass<'a> {
     }
 
     /// The report, once every worker is done.
-    fn report(self) -> Result<(VerifyReport, Roots)> {
+    fn report(self) -> Result<(VerifyReport, Roots, Vec<Header>)> {
         let (n, unreadable) = self.checkpoints.into_inner().map_err(poisoned)?;
         let mut report = VerifyReport {
             checkpoints: n,
@@ -545,7 +621,8 @@ impl<'a> Pass<'a> {
                 "none",
             ));
         }
-        Ok((report, roots))
+        let noted = self.noted.into_inner().map_err(poisoned)?;
+        Ok((report, roots, noted))
     }
 }
 
@@ -580,17 +657,22 @@ fn is_covered(spans: &[(u64, u64)], at: &mut usize, o: u64) -> bool {
 type ByPartition = BTreeMap<(String, u32), Vec<Header>>;
 
 /// Every checkpoint, by (topic, partition) without duplicates; the
-/// unreadable ones as mismatches; how many there were.
-type ReadCheckpoints = (ByPartition, Vec<Mismatch>, u64);
+/// unreadable ones as mismatches; how many there were; with `noted`, every
+/// one that carries a note.
+type ReadCheckpoints = (ByPartition, Vec<Mismatch>, u64, Vec<Header>);
 
-fn read_checkpoints(log: &dyn Log) -> Result<ReadCheckpoints> {
+fn read_checkpoints(log: &dyn Log, noted: bool) -> Result<ReadCheckpoints> {
     let mut by_tp = ByPartition::new();
     let mut bad = Vec::new();
+    let mut with_notes = Vec::new();
     let mut n = 0;
     for (at, cp) in checkpoint::read_headers(log)? {
         n += 1;
         match cp {
             Ok(cp) => {
+                if noted && cp.note.is_some() {
+                    with_notes.push(cp.clone());
+                }
                 // The digests' fold is checked against the log's records
                 // (`ChainCheck`); their number here.
                 if cp.to < cp.from || (cp.to - cp.from) as usize != cp.listed.0 {
@@ -623,7 +705,7 @@ fn read_checkpoints(log: &dyn Log) -> Result<ReadCheckpoints> {
             )),
         }
     }
-    Ok((by_tp, bad, n))
+    Ok((by_tp, bad, n, with_notes))
 }
 
 /// What the check of one partition found.
@@ -705,6 +787,8 @@ struct ChainCheck<'a> {
     /// roots at checkpoint ends.
     tree: Option<super::merkle::Frontier>,
     roots: BTreeMap<u64, super::merkle::Hash>,
+    /// The tree grows leaf by leaf here (else by chunks, see `graft`).
+    tree_inline: bool,
 }
 
 impl<'a> ChainCheck<'a> {
@@ -726,6 +810,7 @@ impl<'a> ChainCheck<'a> {
             bodies_later: Vec::new(),
             tree: None,
             roots: BTreeMap::new(),
+            tree_inline: true,
         }
     }
 
@@ -807,7 +892,7 @@ impl<'a> ChainCheck<'a> {
                 }
             }
         }
-        if let Some(tree) = self.tree.as_mut() {
+        if let Some(tree) = self.tree.as_mut().filter(|_| self.tree_inline) {
             match digests.get(DigestKind::Leaf) {
                 Ok(leaf) if tree.size() == o => tree.push(leaf),
                 _ => self.tree = None,
@@ -829,7 +914,7 @@ impl<'a> ChainCheck<'a> {
             if !known.contains(&head) {
                 known.push(head);
             }
-            if let Some(tree) = &self.tree {
+            if let Some(tree) = self.tree.as_ref().filter(|_| self.tree_inline) {
                 self.roots.entry(to).or_insert_with(|| tree.root());
             }
         }
@@ -877,6 +962,30 @@ impl<'a> ChainCheck<'a> {
             self.roots.entry(c.to).or_insert_with(|| tree.root());
         }
         None
+    }
+
+    /// Join a chunk's frontier, built by the worker that digested it, to
+    /// the partition's tree, with the roots at the checkpoint ends inside
+    /// it; the tree is dropped if the chunk does not follow on from it.
+    fn graft(&mut self, from: u64, chunk: ChunkTree) {
+        let Some(tree) = self.tree.as_mut() else {
+            return;
+        };
+        if tree.size() != from {
+            self.tree = None;
+            return;
+        }
+        for (size, part) in &chunk.at_ends {
+            let mut at = tree.clone();
+            if !at.append(part) {
+                self.tree = None;
+                return;
+            }
+            self.roots.entry(*size).or_insert_with(|| at.root());
+        }
+        if !tree.append(&chunk.frontier) {
+            self.tree = None;
+        }
     }
 
     /// A checkpoint whose head the records do not fold to: the first
@@ -1059,7 +1168,7 @@ mod tests {
             pass.submit(i, c).unwrap();
         }
         pass.read_headers().unwrap();
-        let (report, _) = pass.report().unwrap();
+        let (report, _, _) = pass.report().unwrap();
         let m = report.first().expect("a mismatch");
         assert_eq!((m.partition, m.offset), (p, off));
         assert!(m.what.contains("body does not match"), "{m}");
@@ -1109,7 +1218,7 @@ mod tests {
         // Run properly, every record is counted.
         let pass = Pass::new(&log, &|_| {}, false, 1000, 3000).unwrap();
         run_by_hand(&pass, |_| 0);
-        let (report, _) = pass.report().unwrap();
+        let (report, _, _) = pass.report().unwrap();
         assert!(report.clean(), "{:?}", report.first());
         assert_eq!(report.records, records);
     }
@@ -1144,12 +1253,29 @@ mod tests {
         let (want, want_roots) = verify_log_with_roots(&log, &|_| {}).unwrap();
         assert!(want.clean(), "{:?}", want.first());
         assert!(want.covered > 0 && want.covered < want.records);
-        for order in [0usize, 1, 7, 1000] {
-            let pass = Pass::new(&log, &|_| {}, true, 333, 2000).unwrap();
-            run_by_hand(&pass, |n| (n * order + order / 3) % n.max(1));
-            let (got, roots) = pass.report().unwrap();
-            assert_eq!(got, want, "order {order}");
-            assert_eq!(roots, want_roots, "order {order}");
+        // The roots, leaf by leaf, as the definition has them.
+        let mut direct = Roots::new();
+        for c in &cps {
+            let topic = c.topic().unwrap();
+            let mut f = crate::audit::merkle::Frontier::new();
+            checkpoint::leaf_hashes(&log, topic, c.partition, 0, c.to, &mut |h| f.push(h)).unwrap();
+            direct
+                .entry((topic, c.partition))
+                .or_default()
+                .insert(c.to, f.root());
+        }
+        assert_eq!(want_roots, direct);
+        // Chunks of a power-of-two size join their own frontiers to the
+        // tree (those digested before the checkpoints were read grow it
+        // leaf by leaf); others always grow it leaf by leaf.
+        for chunk in [333, 256, 64] {
+            for order in [0usize, 1, 7, 1000] {
+                let pass = Pass::new(&log, &|_| {}, true, chunk, 2000).unwrap();
+                run_by_hand(&pass, |n| (n * order + order / 3) % n.max(1));
+                let (got, roots, _) = pass.report().unwrap();
+                assert_eq!(got, want, "chunk {chunk} order {order}");
+                assert_eq!(roots, direct, "chunk {chunk} order {order}");
+            }
         }
     }
 

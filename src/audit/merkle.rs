@@ -296,6 +296,33 @@ impl Frontier {
         }
     }
 
+    /// Append `other`, the frontier of the leaves that follow this one's,
+    /// as pushing them one by one would — possible when this size is a
+    /// multiple of `other`'s largest subtree (so none of `other`'s
+    /// subtrees straddles a boundary of this tree's); false, and nothing
+    /// changed, when it is not. Lets workers build the frontiers of
+    /// aligned runs of leaves apart and join them in order.
+    pub fn append(&mut self, other: &Frontier) -> bool {
+        let Some(&(top, _)) = other.edge.first() else {
+            return true;
+        };
+        if top >= 64 || self.size % (1u64 << top) != 0 {
+            return false;
+        }
+        for &(level, hash) in &other.edge {
+            self.edge.push((level, hash));
+            while let [.., (l1, left), (l2, right)] = self.edge[..] {
+                if l1 != l2 {
+                    break;
+                }
+                self.edge.truncate(self.edge.len() - 2);
+                self.edge.push((l1 + 1, node_hash(&left, &right)));
+            }
+        }
+        self.size += other.size;
+        true
+    }
+
     /// MTH of the leaves pushed so far.
     pub fn root(&self) -> Hash {
         let mut it = self.edge.iter().rev();
@@ -523,6 +550,41 @@ mod tests {
             t.push(l);
             f.push(l);
         }
+    }
+
+    /// Frontiers of aligned runs of leaves, built apart and appended in
+    /// order, give the root of the whole at every size reached; a run not
+    /// aligned to its largest subtree is refused.
+    #[test]
+    fn frontiers_built_apart_append_to_the_tree_of_all_their_leaves() {
+        let leaves: Vec<Hash> = (0..100u64).map(|i| leaf_hash(&i.to_be_bytes())).collect();
+        for run in [1usize, 2, 4, 8, 16] {
+            let mut whole = Frontier::new();
+            for (k, part) in leaves.chunks(run).enumerate() {
+                let mut f = Frontier::new();
+                for (j, l) in part.iter().enumerate() {
+                    f.push(*l);
+                    // The root at any size inside the run: the whole so
+                    // far with the run's frontier so far.
+                    let mut at = whole.clone();
+                    assert!(at.append(&f));
+                    let size = k * run + j + 1;
+                    assert_eq!(at.root(), mth(&leaves[..size]), "run {run} size {size}");
+                }
+                assert!(whole.append(&f), "run {run} part {k}");
+            }
+            assert_eq!(whole.root(), mth(&leaves), "run {run}");
+            assert_eq!(whole.size(), 100);
+        }
+        // Three leaves after one: the pair's subtree would straddle.
+        let mut one = Frontier::new();
+        one.push(leaves[0]);
+        let mut two = Frontier::new();
+        two.push(leaves[1]);
+        two.push(leaves[2]);
+        let before = one.clone();
+        assert!(!one.append(&two));
+        assert_eq!(one, before);
     }
 
     #[test]

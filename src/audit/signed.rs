@@ -142,6 +142,58 @@ pub fn verify_signed_with(
     trust: &Trust,
     known: Option<&super::verify::Roots>,
 ) -> Result<(SignedSummary, Vec<Mismatch>)> {
+    // Headers: the digest lists are not needed here.
+    let noted: Vec<checkpoint::Header> = checkpoint::read_headers(log)?
+        .into_iter()
+        .filter_map(|(_, cp)| cp.ok())
+        .filter(|cp| cp.note.is_some())
+        .collect();
+    verify_signed_given(log, trust, known, &noted)
+}
+
+/// A note opened by the ledger's key and read as a tlog-checkpoint, or
+/// what is wrong with it: (what, expected, found).
+type Opened = std::result::Result<CheckpointBody, (&'static str, String, String)>;
+
+fn open_note(key: &VerifierKey, cp: &checkpoint::Header) -> Option<Opened> {
+    let (note, topic) = (cp.note.as_ref()?, cp.topic()?);
+    let opened = key
+        .open(note)
+        .map_err(|e| {
+            (
+                "signature",
+                format!("a note signed by {}", key.name()),
+                e.to_string(),
+            )
+        })
+        .and_then(|text| {
+            CheckpointBody::parse(text)
+                .map_err(|e| ("note", "a tlog-checkpoint".to_owned(), e.to_string()))
+        })
+        .and_then(|body| {
+            let want = origin(key.name(), topic, cp.partition);
+            if body.origin != want || body.size != cp.to {
+                Err((
+                    "origin and size",
+                    format!("{want} at {}", cp.to),
+                    format!("{} at {}", body.origin, body.size),
+                ))
+            } else {
+                Ok(body)
+            }
+        });
+    Some(opened)
+}
+
+/// [`verify_signed_with`] over checkpoints already read (those with a
+/// note, as `verify_log_for_key` keeps them): the signatures are checked
+/// on every core.
+pub fn verify_signed_given(
+    log: &dyn Log,
+    trust: &Trust,
+    known: Option<&super::verify::Roots>,
+    noted: &[checkpoint::Header],
+) -> Result<(SignedSummary, Vec<Mismatch>)> {
     let key = &trust.key;
     let mut summary = SignedSummary {
         key: key.to_string(),
@@ -149,12 +201,32 @@ pub fn verify_signed_with(
     };
     let mut mismatches = Vec::new();
     let mut sizes: BTreeMap<(Topic, u32), BTreeMap<u64, Signed>> = BTreeMap::new();
-    // Headers: the digest lists are not needed here.
-    for (at, cp) in checkpoint::read_headers(log)? {
-        let Ok(cp) = cp else { continue };
-        let (Some(note), Some(topic)) = (&cp.note, cp.topic()) else {
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let per = noted.len().div_ceil(workers).max(1);
+    let opened: Vec<Option<Opened>> = std::thread::scope(|s| {
+        let parts: Vec<_> = noted
+            .chunks(per)
+            .map(|part| {
+                s.spawn(move || part.iter().map(|cp| open_note(key, cp)).collect::<Vec<_>>())
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    if opened.len() != noted.len() {
+        return Err(crate::error::LedgerError::Internal(
+            "a verify thread panicked",
+        ));
+    }
+    for (cp, opened) in noted.iter().zip(opened) {
+        let (Some(opened), Some(topic)) = (opened, cp.topic()) else {
             continue;
         };
+        let at = cp.at.1;
         let here = |what: &str, expected: String, found: String| {
             bad(
                 "checkpoints",
@@ -165,33 +237,13 @@ pub fn verify_signed_with(
                 found,
             )
         };
-        let text = match key.open(note) {
-            Ok(t) => t,
-            Err(e) => {
-                mismatches.push(here(
-                    "signature",
-                    format!("a note signed by {}", key.name()),
-                    e.to_string(),
-                ));
-                continue;
-            }
-        };
-        let body = match CheckpointBody::parse(text) {
+        let body = match opened {
             Ok(b) => b,
-            Err(e) => {
-                mismatches.push(here("note", "a tlog-checkpoint".to_owned(), e.to_string()));
+            Err((what, expected, found)) => {
+                mismatches.push(here(what, expected, found));
                 continue;
             }
         };
-        let want = origin(key.name(), topic, cp.partition);
-        if body.origin != want || body.size != cp.to {
-            mismatches.push(here(
-                "origin and size",
-                format!("{want} at {}", cp.to),
-                format!("{} at {}", body.origin, body.size),
-            ));
-            continue;
-        }
         summary.signed_checkpoints += 1;
         let by_size = sizes.entry((topic, cp.partition)).or_default();
         match by_size.get(&body.size) {
