@@ -39,6 +39,20 @@ fn signed_ledger() -> (tempfile::TempDir, PathBuf, String) {
     (d, seg, verifier)
 }
 
+/// The checkpoint key a test ledger keeps in its data dir.
+fn signer_of(dir: &Path) -> SignerKey {
+    SignerKey::parse(&std::fs::read_to_string(dir.join("checkpoint.key")).unwrap()).unwrap()
+}
+
+/// The ledger in `dir`, signing with its own checkpoint key.
+fn signing_ledger(dir: &Path) -> common::Ledger {
+    let opts = agentledger::engine::EngineOptions {
+        signer: Some(Arc::new(signer_of(dir))),
+        ..common::fixed_clock_options()
+    };
+    common::Ledger::open_with(dir, &common::Backend::Embedded, opts)
+}
+
 fn verify(dir: &Path, key: Option<&str>) -> (i32, Value) {
     match key {
         Some(k) => common::verify_json(dir, &["--key", k]),
@@ -204,9 +218,7 @@ fn the_key_holders_rewrite_re_signed_is_caught_by_the_witnesses_cosignatures() {
 
     // The key holder rewrites a record and re-signs every checkpoint: the
     // signatures alone are satisfied...
-    let signer =
-        SignerKey::parse(&std::fs::read_to_string(d.path().join("checkpoint.key")).unwrap())
-            .unwrap();
+    let signer = signer_of(d.path());
     let mut frames = read_frames(&seg);
     reattribute(&mut frames, 3);
     write_frames(&seg, &frames);
@@ -251,14 +263,7 @@ fn records_past_the_newest_witnessed_checkpoint_are_counted_and_refused_on_reque
         })
         .unwrap();
     {
-        let signer =
-            SignerKey::parse(&std::fs::read_to_string(d.path().join("checkpoint.key")).unwrap())
-                .unwrap();
-        let opts = agentledger::engine::EngineOptions {
-            signer: Some(Arc::new(signer)),
-            ..common::fixed_clock_options()
-        };
-        let mut l = common::Ledger::open_with(d.path(), &common::Backend::Embedded, opts);
+        let mut l = signing_ledger(d.path());
         l.open_run(&later, "developer");
         l.engine.checkpoint(true).unwrap();
     }
@@ -661,14 +666,7 @@ fn history_rewritten_and_re_signed_by_the_key_holder_fails_verify_since() {
     let old = notes_of(d.path(), &seg).pop().unwrap();
     // The log grows and is checkpointed again: it extends the old one.
     {
-        let signer =
-            SignerKey::parse(&std::fs::read_to_string(d.path().join("checkpoint.key")).unwrap())
-                .unwrap();
-        let opts = agentledger::engine::EngineOptions {
-            signer: Some(Arc::new(signer)),
-            ..common::fixed_clock_options()
-        };
-        let mut l = common::Ledger::open_with(d.path(), &common::Backend::Embedded, opts);
+        let mut l = signing_ledger(d.path());
         l.open_run("r0-again", "developer");
         l.engine.checkpoint(true).unwrap();
     }
@@ -682,9 +680,7 @@ fn history_rewritten_and_re_signed_by_the_key_holder_fails_verify_since() {
 
     // The key holder rewrites record 2 and re-signs every checkpoint of the
     // partition over the rewritten log.
-    let signer =
-        SignerKey::parse(&std::fs::read_to_string(d.path().join("checkpoint.key")).unwrap())
-            .unwrap();
+    let signer = signer_of(d.path());
     let mut frames = read_frames(&seg);
     reattribute(&mut frames, 2);
     write_frames(&seg, &frames);
@@ -714,14 +710,7 @@ fn verify_since_runs_every_check_of_verify_key() {
     let old = notes_of(d.path(), &seg).pop().unwrap();
     // A run in another partition, signed.
     let other = {
-        let signer =
-            SignerKey::parse(&std::fs::read_to_string(d.path().join("checkpoint.key")).unwrap())
-                .unwrap();
-        let opts = agentledger::engine::EngineOptions {
-            signer: Some(Arc::new(signer)),
-            ..common::fixed_clock_options()
-        };
-        let mut l = common::Ledger::open_with(d.path(), &common::Backend::Embedded, opts);
+        let mut l = signing_ledger(d.path());
         let other = (0..)
             .find_map(|i| {
                 let run = format!("elsewhere-{i}");

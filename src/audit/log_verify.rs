@@ -626,6 +626,14 @@ impl<'a> Pass<'a> {
     }
 }
 
+/// The head verified at an offset, as a mismatch shows it.
+fn head_shown(known: &[[u8; 32]]) -> String {
+    known
+        .first()
+        .map(hex::encode)
+        .unwrap_or_else(|| "no checkpoint ending here".into())
+}
+
 /// The offset ranges some checkpoint covers, sorted and merged.
 fn covered_spans(cps: &[Header]) -> Vec<(u64, u64)> {
     let mut spans: Vec<(u64, u64)> = cps
@@ -855,10 +863,7 @@ impl<'a> ChainCheck<'a> {
                 return self.fail(m);
             }
             if !prev.is_some_and(|h| known.contains(&h)) {
-                let found = known
-                    .first()
-                    .map(hex::encode)
-                    .unwrap_or_else(|| "no checkpoint ending here".into());
+                let found = head_shown(known);
                 let m = mismatch(
                     name,
                     p,
@@ -934,10 +939,7 @@ impl<'a> ChainCheck<'a> {
             .unwrap_or_default();
         let prev = from_hex32(&c.prev_head).filter(|h| known.contains(h));
         let Some(prev) = prev else {
-            let found = known
-                .first()
-                .map(hex::encode)
-                .unwrap_or_else(|| "no checkpoint ending here".into());
+            let found = head_shown(known);
             return Some(mismatch(
                 self.name,
                 self.p,
