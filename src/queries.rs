@@ -720,8 +720,11 @@ fn export(
         engine.views().tiles(),
         what,
         &steps,
-        &checkpoints,
-        &witnessed,
+        &crate::audit::export::Attestations {
+            checkpoints: &checkpoints,
+            witnessed: &witnessed,
+            signer: engine.signer().map(|k| k.verifier()).as_ref(),
+        },
         &mut out,
     )?;
     Ok(Said::answered(String::from_utf8(out).map_err(|_| {
@@ -763,6 +766,13 @@ pub fn verify_said(
                 s.signed_checkpoints,
                 s.attested
             );
+            if s.other_keys > 0 {
+                line!(
+                    out,
+                    "  {} checkpoints carry notes of other keys (one this key replaced?): they attest nothing to it",
+                    s.other_keys
+                );
+            }
             if let Some(w) = &s.witnessed {
                 line!(
                     out,

@@ -901,6 +901,7 @@ fn a_key_made_after_the_records_were_checkpointed_signs_them_at_the_next_checkpo
 /// nor a chain, and a record's partition past u32, are not read at all.
 #[test]
 fn an_export_must_hold_what_its_header_selected() {
+    use base64::Engine as _;
     let (d, _, key) = signed_ledger();
     let file = d.path().join("r0.jsonl");
     export(d.path(), &file);
@@ -978,6 +979,56 @@ fn an_export_must_hold_what_its_header_selected() {
     assert_eq!(code, 1, "{v}");
     assert!(said(&v).contains("record past the export's as_of"), "{v}");
 
+    // A registry record slipped in (it is a step of no run), with its
+    // own covering checkpoint from the log.
+    let registry: Vec<Value> = {
+        let all = d.path().join("all.jsonl");
+        let out = Command::new(env!("CARGO_BIN_EXE_agentledger"))
+            .arg("--data")
+            .arg(d.path())
+            .args(["export", "--chain", "r0", "-o"])
+            .arg(&all)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let log = agentledger::log::embedded::EmbeddedLog::open(
+            d.path().join("log"),
+            &agentledger::log::embedded::EmbeddedConfig::default(),
+        )
+        .unwrap();
+        use agentledger::log::{Log, Topic};
+        let rec = log.read(Topic::Registry, 0, 0, 1).unwrap().pop().unwrap();
+        let decoded = agentledger::codec::decode(&rec.payload).unwrap();
+        vec![
+            json!({"type":"record","topic":"registry","partition":0,"offset":0,"run":null,
+            "step":0,"kind":decoded.event.kind(),"event_id":decoded.event_id,
+            "digest":hex::encode(agentledger::audit::record_digest(&rec.payload).unwrap()),
+            "record_b64":b64().encode(&rec.payload)}),
+        ]
+    };
+    let mut mixed = lines.clone();
+    mixed.splice(1..1, registry);
+    let (code, v) = verify_export(&write("registry", &mixed), Some(&key));
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        said(&v).contains("record, of no run, in an export of runs"),
+        "{v}"
+    );
+
+    // As of a point before the run named opened, its chain's export holds
+    // the runs before it: that is no fault.
+    let mut before = lines.clone();
+    let opened_at = lines
+        .iter()
+        .find(|l| l["run"].as_str() == Some(&runs[2]) && l["step"] == 0)
+        .unwrap()["offset"]
+        .as_u64()
+        .unwrap();
+    before.retain(|l| l["type"] != "record" || l["offset"].as_u64().unwrap() < opened_at);
+    before[0]["selection"] = json!({"run": null, "chain": runs[2], "as_of": opened_at - 1});
+    let (code, v) = verify_export(&write("before", &before), Some(&key));
+    assert_eq!(code, 0, "as of before it opened: {v}");
+
     let mut neither = lines.clone();
     neither[0]["selection"] = json!({"run": null, "chain": null});
     let (code, v) = verify_export(&write("neither", &neither), Some(&key));
@@ -1001,4 +1052,34 @@ fn an_export_must_hold_what_its_header_selected() {
             .contains("without a partition number"),
         "{v}"
     );
+}
+
+/// A key replaced: the new key signs the trees as they stand at the next
+/// `checkpoint`; `verify --key NEW` is clean (the old key's notes attest
+/// nothing to it and are counted, not faulted), the old key still verifies
+/// what it signed, and an export proves every record into a tree the new
+/// key signed. (A note of the key's own name whose signature does not
+/// verify stays a fault: `checkpoints_signed_by_another_key_…`.)
+#[test]
+fn a_replaced_key_signs_the_trees_and_the_old_notes_are_no_fault() {
+    let (d, _, old_key) = signed_ledger();
+    std::fs::rename(d.path().join("checkpoint.key"), d.path().join("old.key")).unwrap();
+    let (code, _, err) = common::cli(d.path(), &["key", "generate", "--name", "acme-prod-2"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, new_key, _) = common::cli(d.path(), &["key", "show"]);
+    let new_key = new_key.trim().to_owned();
+    let (code, out, err) = common::cli(d.path(), &["checkpoint"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("signed at"), "{out}");
+    let (code, v) = verify(d.path(), Some(&new_key));
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["signed"]["attested"], v["records"], "{v}");
+    assert!(v["signed"]["other_keys"].as_u64().unwrap() > 0, "{v}");
+    let (code, v) = verify(d.path(), Some(&old_key));
+    assert_eq!(code, 0, "{v}");
+    let file = d.path().join("r0.jsonl");
+    export(d.path(), &file);
+    let (code, v) = verify_export(&file, Some(&new_key));
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["signed"]["attested"], v["records"], "{v}");
 }

@@ -453,6 +453,15 @@ fn published_events_edited_made_up_or_removed_are_named_by_verify_published() {
     assert!(said(&v).contains("ae-made-up of run"), "{v}");
     assert!(said(&v).contains("was not published by its close"), "{v}");
     let (code, v) = with(&|f| {
+        let mut e: Value = serde_json::from_slice(&f[0].1).unwrap();
+        let t = e["data"]["time_ms"].as_u64().unwrap() - 365 * 86_400_000;
+        e["data"]["time_ms"] = json!(t);
+        e["time"] = json!("2025-01-01T00:00:00.000Z");
+        f[0].1 = serde_json::to_vec(&e).unwrap();
+    });
+    assert_eq!(code, 1, "{v}");
+    assert!(said(&v).contains("is dated before the run closed"), "{v}");
+    let (code, v) = with(&|f| {
         f.remove(0);
     });
     assert_eq!(code, 1, "{v}");

@@ -22,6 +22,15 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::io::Write;
 
+/// What an export proves its records with: the checkpoints, the
+/// cosigned checkpoints per ledger partition, and the ledger's key now
+/// (its notes are preferred where a key replaced another).
+pub struct Attestations<'a> {
+    pub checkpoints: &'a [Checkpoint],
+    pub witnessed: &'a BTreeMap<u32, Cosigned>,
+    pub signer: Option<&'a super::note::VerifierKey>,
+}
+
 /// Write an export of `steps` (a run's or chain's trail, already filtered
 /// as of a point) with the checkpoints in `checkpoints` that cover them,
 /// and the cosigned checkpoints of `witnessed` (per ledger partition) its
@@ -31,10 +40,14 @@ pub fn write_export(
     tiles: &TileStore,
     what: serde_json::Value,
     steps: &[(String, TrailStep)],
-    checkpoints: &[Checkpoint],
-    witnessed: &BTreeMap<u32, Cosigned>,
+    by: &Attestations<'_>,
     out: &mut dyn Write,
 ) -> Result<(u64, u64)> {
+    let &Attestations {
+        checkpoints,
+        witnessed,
+        signer,
+    } = by;
     let io = |e: std::io::Error| crate::error::LedgerError::io("writing the export", e);
     writeln!(out, "{}", json!({"type": "header", "format": super::verify::EXPORT_FORMAT, "selection": what, "records": steps.len()})).map_err(io)?;
     let covering = |s: &TrailStep| {
@@ -46,22 +59,31 @@ pub fn write_export(
     // its signed covering checkpoint's.
     let cosigned = |s: &TrailStep| witnessed.get(&s.partition).filter(|c| c.size > s.offset);
     // Else the first signed checkpoint past it: one of no records signs
-    // the tree over records checkpointed before the key existed.
-    let signed_after = |s: &TrailStep| {
+    // the tree over records checkpointed before the key existed. Notes of
+    // the ledger's key now first (it may have replaced another), else
+    // any.
+    let noted = |c: &&Checkpoint, current: bool| {
+        c.note
+            .as_deref()
+            .is_some_and(|n| !current || signer.is_none_or(|k| k.open(n).is_ok()))
+    };
+    let signed_after = |s: &TrailStep, current: bool| {
         checkpoints
             .iter()
             .filter(|c| {
                 c.topic == "ledger"
                     && c.partition == s.partition
                     && c.to > s.offset
-                    && c.note.is_some()
+                    && noted(c, current)
             })
             .min_by_key(|c| c.to)
     };
     let signed = |s: &TrailStep| {
-        covering(s)
-            .filter(|c| c.note.is_some())
-            .or_else(|| signed_after(s))
+        [true, false].into_iter().find_map(|current| {
+            covering(s)
+                .filter(|c| noted(c, current))
+                .or_else(|| signed_after(s, current))
+        })
     };
     let proven_at = |s: &TrailStep| {
         cosigned(s)

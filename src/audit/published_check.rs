@@ -5,8 +5,10 @@
 //! say was published. Each event must be one a run's close published (its
 //! run, agent, version, chain, event, context and artifacts with their
 //! labels, as the dispatcher builds it), and every event of a run whose
-//! dispatch is recorded must be on the topic. An event edited, made up,
-//! or taken away after its dispatch is named.
+//! dispatch is recorded must be on the topic, dated no earlier than its
+//! run's close. An event edited, made up, or taken away after its
+//! dispatch is named. The ledger id in `source` is what the dispatcher
+//! was configured with, recorded nowhere: it is not checked.
 
 use super::verify::{mismatch, Mismatch};
 use crate::codec;
@@ -25,10 +27,16 @@ pub struct PublishedCheck {
     pub mismatches: Vec<Mismatch>,
 }
 
-/// Every run of the ledger as its records make it, and which were
-/// dispatched.
-fn runs_of(log: &dyn Log) -> Result<BTreeMap<String, Run>> {
+/// How far before its run's close (by the closing record's clock) an
+/// event's time may lie: the dispatcher may run on another instance,
+/// whose clock differs a little.
+const CLOCK_SKEW_MS: u64 = 60_000;
+
+/// Every run of the ledger as its records make it (which were
+/// dispatched, too), and when each closed.
+fn runs_of(log: &dyn Log) -> Result<(BTreeMap<String, Run>, BTreeMap<String, u64>)> {
     let mut runs: BTreeMap<String, Run> = BTreeMap::new();
+    let mut closed: BTreeMap<String, u64> = BTreeMap::new();
     for p in 0..log.partitions(Topic::Ledger) {
         scan_all(log, Topic::Ledger, p, &mut |_, payload| {
             // Undecodable records are `verify`'s to name.
@@ -42,12 +50,15 @@ fn runs_of(log: &dyn Log) -> Result<BTreeMap<String, Run>> {
                 ev => {
                     if let Some(run) = ev.trail_run().and_then(|r| runs.get_mut(r)) {
                         run.evolve(rec.step, ev);
+                        if matches!(ev, LedgerEvent::RunClosed(_)) {
+                            closed.insert(run.run.clone(), rec.time_ms);
+                        }
                     }
                 }
             }
         })?;
     }
-    Ok(runs)
+    Ok((runs, closed))
 }
 
 fn scan_all(log: &dyn Log, topic: Topic, p: u32, each: &mut dyn FnMut(u64, &[u8])) -> Result<()> {
@@ -88,7 +99,7 @@ fn ledger_of(source: &str) -> &str {
 }
 
 pub fn check_published(log: &dyn Log) -> Result<PublishedCheck> {
-    let runs = runs_of(log)?;
+    let (runs, closed) = runs_of(log)?;
     let mut out = PublishedCheck::default();
     let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
     let name = Topic::Published.name();
@@ -131,6 +142,20 @@ pub fn check_published(log: &dyn Log) -> Result<PublishedCheck> {
                 );
             };
             seen.insert((e.subject.clone(), e.id.clone()));
+            let close = closed.get(&e.subject).copied().unwrap_or(0);
+            if e.data.time_ms.saturating_add(CLOCK_SKEW_MS) < close {
+                return fault(
+                    format!(
+                        "event {} of run {} is dated before the run closed",
+                        e.id, e.subject
+                    ),
+                    format!(
+                        "a time at or after {} (the close)",
+                        crate::report::rfc3339_ms(close)
+                    ),
+                    e.time.clone(),
+                );
+            }
             // The ledger's id is whatever the dispatcher was told; the
             // rest is the run's records, and the time the event says.
             let want = expected(run, ev, e.data.time_ms, ledger_of(&e.source));

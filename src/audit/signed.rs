@@ -25,13 +25,23 @@ use std::collections::BTreeMap;
 pub struct SignedSummary {
     /// The verifier key checked against.
     pub key: String,
-    /// Checkpoints whose note that key signed.
+    /// Checkpoints whose note that key signed (one per size).
     pub signed_checkpoints: u64,
+    /// Checkpoints whose note carries no signature line of that key's
+    /// name: another key's (one it replaced, say). They attest nothing to
+    /// this key and are no fault; a line of its name that does not verify
+    /// is.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub other_keys: u64,
     /// Records under a signed checkpoint whose root matched.
     pub attested: u64,
     /// What the witnesses required cosigned, when some are.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub witnessed: Option<WitnessedSummary>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Whom `verify` trusts: the ledger's key, and the witnesses of which
@@ -160,8 +170,12 @@ fn open_note(key: &VerifierKey, cp: &checkpoint::Header) -> Option<Opened> {
     let opened = key
         .open(note)
         .map_err(|e| {
+            let what = match e {
+                super::note::NoteError::Unsigned(_) => "other key",
+                _ => "signature",
+            };
             (
-                "signature",
+                what,
                 format!("a note signed by {}", key.name()),
                 e.to_string(),
             )
@@ -239,13 +253,19 @@ pub fn verify_signed_given(
         };
         let body = match opened {
             Ok(b) => b,
+            Err(("other key", ..)) => {
+                summary.other_keys += 1;
+                continue;
+            }
             Err((what, expected, found)) => {
                 mismatches.push(here(what, expected, found));
                 continue;
             }
         };
-        summary.signed_checkpoints += 1;
         let by_size = sizes.entry((topic, cp.partition)).or_default();
+        if !by_size.contains_key(&body.size) {
+            summary.signed_checkpoints += 1;
+        }
         match by_size.get(&body.size) {
             Some(s) if s.root != body.root => mismatches.push(here(
                 "a second root for the same size (two histories signed)",

@@ -199,8 +199,11 @@ fn build_seeds() -> Seeds {
             engine.views().tiles(),
             json!({"chain": "r1"}),
             &steps,
-            &cps,
-            &Default::default(),
+            &agentledger::audit::export::Attestations {
+                checkpoints: &cps,
+                witnessed: &Default::default(),
+                signer: None,
+            },
             &mut out,
         )
         .unwrap();
