@@ -153,6 +153,13 @@ fn main() {
         "reading {n} checkpoint headers, as verify does (digest lists counted, not decoded): {:.3}s",
         t.elapsed().as_secs_f64()
     );
+    if let Ok(n) = std::env::var("BENCH_BASELINE_ONLY") {
+        // For profiling: the baseline alone, to set beside BENCH_VERIFY_ONLY.
+        for _ in 0..n.parse::<usize>().unwrap_or(10) {
+            std::hint::black_box(baseline(&log));
+        }
+        return;
+    }
     if let Ok(n) = std::env::var("BENCH_VERIFY_ONLY") {
         // For profiling: verify alone, many times, so setup is noise.
         for _ in 0..n.parse::<usize>().unwrap_or(10) {

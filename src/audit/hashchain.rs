@@ -54,25 +54,46 @@ pub fn check_body(payload: &[u8]) -> Result<(), crate::codec::CodecError> {
 }
 
 /// One link of the chain being computed: fed the digests of `[from, to)`
-/// in order, it yields the head of the checkpoint over them.
+/// in order, it yields the head of the checkpoint over them. Digests are
+/// hashed [`LINK_BATCH`] at a time: one at a time, each 32-byte push paid
+/// for a compression call of its own every other record (measured: two
+/// thirds of `verify`'s time checking chains).
 #[derive(Clone)]
-pub struct Link(Sha256);
+pub struct Link {
+    hash: Sha256,
+    pending: [[u8; 32]; LINK_BATCH],
+    held: usize,
+}
+
+/// Digests a [`Link`] holds before hashing them in one update.
+const LINK_BATCH: usize = 32;
 
 impl Link {
     pub fn new(prev_head: &[u8; 32], from: u64, to: u64) -> Self {
-        let mut h = Sha256::new();
-        h.update(prev_head);
-        h.update(from.to_be_bytes());
-        h.update(to.to_be_bytes());
-        Link(h)
+        let mut hash = Sha256::new();
+        hash.update(prev_head);
+        hash.update(from.to_be_bytes());
+        hash.update(to.to_be_bytes());
+        Link {
+            hash,
+            pending: [[0; 32]; LINK_BATCH],
+            held: 0,
+        }
     }
 
     pub fn push(&mut self, digest: &[u8; 32]) {
-        self.0.update(digest);
+        self.pending[self.held] = *digest;
+        self.held += 1;
+        if self.held == LINK_BATCH {
+            self.hash.update(self.pending.as_flattened());
+            self.held = 0;
+        }
     }
 
-    pub fn head(self) -> [u8; 32] {
-        self.0.finalize().into()
+    pub fn head(mut self) -> [u8; 32] {
+        self.hash
+            .update(&self.pending.as_flattened()[..self.held * 32]);
+        self.hash.finalize().into()
     }
 }
 
@@ -160,6 +181,29 @@ impl<'de> serde::Deserialize<'de> for HexDigest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_link_is_sha256_of_the_previous_head_the_span_and_its_digests() {
+        let digests: Vec<[u8; 32]> = (0u32..100)
+            .map(|i| Sha256::digest(i.to_be_bytes()).into())
+            .collect();
+        let prev = [7u8; 32];
+        for n in 0..digests.len() {
+            let mut whole = Vec::new();
+            whole.extend_from_slice(&prev);
+            whole.extend_from_slice(&5u64.to_be_bytes());
+            whole.extend_from_slice(&(5 + n as u64).to_be_bytes());
+            for d in &digests[..n] {
+                whole.extend_from_slice(d);
+            }
+            let want: [u8; 32] = Sha256::digest(&whole).into();
+            assert_eq!(
+                link_head(&prev, 5, digests[..n].iter()),
+                want,
+                "{n} digests"
+            );
+        }
+    }
 
     #[test]
     fn chain_depends_on_order_offsets_and_what_came_before() {
