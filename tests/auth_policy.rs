@@ -157,7 +157,9 @@ fn an_agent_acts_only_as_itself_even_by_naming_another() {
     ] {
         let r = request(op.clone());
         let e = authorize(&weather, Action::Op(&r), &f).unwrap_err();
-        assert!(e.to_string().contains("hotel"), "{op}: {e}");
+        // The agent it named is said back; whose a run is, is not.
+        let named = op.get("agent").is_some();
+        assert_eq!(e.to_string().contains("hotel"), named, "{op}: {e}");
     }
     // Its own subtask and its own run.
     let mine = Facts {
@@ -217,4 +219,101 @@ fn a_consumer_follows_only_its_scopes() {
     assert!(!allowed(&scoped, events(None), &f));
     assert!(allowed(&all, events(None), &f));
     assert!(allowed(&all, events(Some("acme/finance")), &f));
+}
+
+/// What the views say of another tenant: acme's agent `alice` in
+/// `acme/secret`, its runs and tasks opened by platform:acme.
+fn acme_facts() -> Facts {
+    Facts {
+        run_agent: Some("alice".into()),
+        agent_scope: Some("acme/secret".into()),
+        run_opened_by: Some("platform:acme".into()),
+        task_master: Some("platform:acme".into()),
+    }
+}
+
+#[test]
+fn a_platform_may_not_publish_over_another_platforms_agent() {
+    let beta = grant("platform:beta", &["beta"]);
+    let takeover = request(json!({"op":"publish_agent","agent":"alice","scope":"beta/evil"}));
+    let e = authorize(&beta, Action::Op(&takeover), &acme_facts()).unwrap_err();
+    assert!(!e.to_string().contains("acme"), "{e}");
+    // A new agent, or its own agent moved within its scopes, is its to publish.
+    assert!(allowed(&beta, Action::Op(&takeover), &Facts::default()));
+    let own = Facts {
+        agent_scope: Some("beta/old".into()),
+        ..Facts::default()
+    };
+    assert!(allowed(&beta, Action::Op(&takeover), &own));
+    // The owner publishes over it as before.
+    let acme = grant("platform:acme", &["acme"]);
+    let moved = request(json!({"op":"publish_agent","agent":"alice","scope":"acme/a"}));
+    assert!(allowed(&acme, Action::Op(&moved), &acme_facts()));
+}
+
+#[test]
+fn refusals_name_nothing_of_another_tenant() {
+    let beta = grant("platform:beta", &["beta"]);
+    let agent = grant("agent:bob", &[]);
+    let f = acme_facts();
+    // Requests that name nothing of acme's beyond the names of its runs,
+    // task and agent (which the caller sent).
+    let ops = [
+        json!({"op":"publish_agent","agent":"alice","scope":"beta/x"}),
+        json!({"op":"open_run","run":"r1","agent":"alice"}),
+        json!({"op":"close_run","run":"r1","status":"succeeded"}),
+        json!({"op":"open_task","task":"t1","run":"m1","task_context":{}}),
+        json!({"op":"update_task","task":"t1","run":"m1","task_context":{}}),
+        json!({"op":"put_blob","task":"t1","content":"x"}),
+        json!({"op":"forget_task","task":"t1"}),
+        json!({"op":"read_artifact","run":"r1","name":"plan"}),
+    ];
+    let mut refused = 0;
+    for op in ops {
+        let r = request(op.clone());
+        for g in [&beta, &agent] {
+            if let Err(e) = authorize(g, Action::Op(&r), &f) {
+                refused += 1;
+                let text = e.to_string();
+                for secret in ["acme", "secret", "platform:acme"] {
+                    assert!(!text.contains(secret), "{op} by {}: {text}", g.principal);
+                }
+            }
+        }
+    }
+    assert!(refused >= 12, "{refused}");
+}
+
+#[test]
+fn a_close_may_label_only_areas_within_the_closers_own() {
+    let acme = grant("platform:acme", &["acme"]);
+    let own = Facts {
+        run_agent: Some("alice".into()),
+        agent_scope: Some("acme/a".into()),
+        ..Facts::default()
+    };
+    let close = |labels: Value| {
+        request(json!({"op":"close_run","run":"r1","status":"succeeded","labels":labels}))
+    };
+    for ok in [
+        json!(["area:acme/b", "untrusted", "reviewed"]),
+        json!(["area:acme"]),
+    ] {
+        assert!(allowed(&acme, Action::Op(&close(ok.clone())), &own), "{ok}");
+    }
+    let e = authorize(&acme, Action::Op(&close(json!(["area:zeta/secret"]))), &own).unwrap_err();
+    assert!(e.to_string().contains("area:zeta/secret"), "{e}");
+    // An agent labels within its own agent's scope.
+    let alice = grant("agent:alice", &[]);
+    assert!(allowed(
+        &alice,
+        Action::Op(&close(json!(["area:acme/a/x"]))),
+        &own
+    ));
+    for bad in [json!(["area:acme/b"]), json!(["area:zeta"])] {
+        assert!(
+            !allowed(&alice, Action::Op(&close(bad.clone())), &own),
+            "{bad}"
+        );
+    }
 }

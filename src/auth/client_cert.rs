@@ -69,9 +69,60 @@ pub fn grant_of_certificate(leaf: &CertificateDer<'_>) -> Result<Grant, Unauthen
     }
 }
 
+/// When a client certificate stops vouching for its principal: its
+/// `notAfter`, in milliseconds since the epoch. The handshake checked it
+/// then; a connection kept open past it is refused from then on. `None`
+/// when the certificate's validity cannot be read (it verified, so it is
+/// then held to the handshake alone).
+pub fn lapse_of_certificate(leaf: &CertificateDer<'_>) -> Option<u64> {
+    use simple_asn1::ASN1Block::{GeneralizedTime, Sequence, UTCTime};
+    let blocks = simple_asn1::from_der(leaf.as_ref()).ok()?;
+    let Some(Sequence(_, cert)) = blocks.first() else {
+        return None;
+    };
+    let Some(Sequence(_, tbs)) = cert.first() else {
+        return None;
+    };
+    // RFC 5280 §4.1: `validity` is the one sequence of two times.
+    tbs.iter().find_map(|b| match b {
+        Sequence(_, pair) => match pair.as_slice() {
+            [UTCTime(..) | GeneralizedTime(..), UTCTime(_, t) | GeneralizedTime(_, t)] => {
+                let s = t.assume_utc().unix_timestamp();
+                Some(u64::try_from(s).unwrap_or(0).saturating_mul(1000))
+            }
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_certificate_lapses_at_its_not_after() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        // One UTCTime (before 2050) and one GeneralizedTime.
+        for year in [2030, 2052] {
+            let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+            params.subject_alt_names.push(rcgen::SanType::URI(
+                "agentledger:agent:hotel".try_into().unwrap(),
+            ));
+            params.not_after = rcgen::date_time_ymd(year, 1, 1);
+            let want = params.not_after.unix_timestamp() as u64 * 1000;
+            let cert = params.self_signed(&key).unwrap();
+            assert_eq!(lapse_of_certificate(cert.der()), Some(want), "{year}");
+        }
+        assert_eq!(
+            lapse_of_certificate(&CertificateDer::from(vec![0x30, 0x00])),
+            None
+        );
+        assert_eq!(
+            lapse_of_certificate(&CertificateDer::from(vec![0xff; 9])),
+            None
+        );
+    }
 
     #[test]
     fn uris_name_grants_as_the_ledger_writes_them() {

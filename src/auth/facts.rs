@@ -24,6 +24,7 @@ pub fn gather(views: &Views, request: &Request) -> Result<Facts, ViewError> {
     };
     match request {
         Request::OpenRun(o) => facts.agent_scope = views.agent(&o.agent)?.map(|a| a.scope),
+        Request::PublishAgent(p) => facts.agent_scope = views.agent(&p.agent)?.map(|a| a.scope),
         Request::CloseRun(c) => run_of(&c.run, &mut facts)?,
         Request::ReadArtifact(r) => run_of(&r.run, &mut facts)?,
         Request::OpenTask(o) => run_of(&o.run, &mut facts)?,
@@ -32,8 +33,7 @@ pub fn gather(views: &Views, request: &Request) -> Result<Facts, ViewError> {
         Request::SendContext(s) => master_of(&s.task, &mut facts)?,
         Request::Evaluate(e) => master_of(&e.task, &mut facts)?,
         Request::ForgetTask(f) => master_of(&f.task, &mut facts)?,
-        Request::PublishAgent(_)
-        | Request::Dispatch(_)
+        Request::Dispatch(_)
         | Request::GetContext(_)
         | Request::GetBlob(_)
         | Request::ReturnContext(_)

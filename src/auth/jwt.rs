@@ -126,6 +126,13 @@ impl JwtConfig {
     /// The grant a JWT carries, once its signature, issuer, audience and
     /// times check.
     pub fn verify(&self, token: &str) -> Result<Grant, Unauthenticated> {
+        self.verify_until(token).map(|(grant, _)| grant)
+    }
+
+    /// [`Self::verify`], with the moment the token lapses: its `exp` plus
+    /// the leeway, in milliseconds since the epoch. A connection that
+    /// outlives it (a WebSocket, an event stream) is refused from then on.
+    pub fn verify_until(&self, token: &str) -> Result<(Grant, u64), Unauthenticated> {
         let refuse = |why: &str| Unauthenticated(format!("the JWT is not accepted: {why}"));
         let header = jsonwebtoken::decode_header(token).map_err(|_| refuse("it is malformed"))?;
         // RFC 7515 §4.1.11: extensions marked critical must be understood;
@@ -154,7 +161,13 @@ impl JwtConfig {
         for (_, _, key) in candidates {
             use jsonwebtoken::errors::ErrorKind as K;
             match jsonwebtoken::decode::<serde_json::Value>(token, key, &validation) {
-                Ok(data) => return self.grant(&data.claims).map_err(|w| refuse(&w)),
+                Ok(data) => {
+                    let grant = self.grant(&data.claims).map_err(|w| refuse(&w))?;
+                    // `exp` is required and was read as a NumericDate.
+                    let exp = data.claims["exp"].as_u64().unwrap_or(0);
+                    let lapses = exp.saturating_add(LEEWAY_S).saturating_mul(1000);
+                    return Ok((grant, lapses));
+                }
                 Err(e) => {
                     let why = match e.kind() {
                         K::InvalidSignature => "its signature does not verify",

@@ -25,8 +25,8 @@ pub enum Action<'a> {
 pub struct Facts {
     /// The agent the named run belongs to (`close_run`, `read_artifact`).
     pub run_agent: Option<String>,
-    /// The scope of the agent concerned: the one named by `open_run`, or
-    /// the named run's agent.
+    /// The scope of the agent concerned: the one named by `open_run` or
+    /// `publish_agent` (its current version), or the named run's agent.
     pub agent_scope: Option<String>,
     /// The principal that opened the named run (`open_task`).
     pub run_opened_by: Option<String>,
@@ -36,7 +36,9 @@ pub struct Facts {
 }
 
 /// Why a caller may not do what it asked: said in the `forbidden`
-/// refusal, never naming a credential.
+/// refusal, never naming a credential, and never what the views say of
+/// another tenant (its scopes, its agents, its principals): `why` names
+/// only what the caller sent or was granted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{principal} may not {what}: {why}")]
 pub struct Forbidden {
@@ -94,28 +96,34 @@ fn platform_op(
     refuse: &Refuse,
 ) -> Result<(), Forbidden> {
     let who = grant.principal.to_string();
-    let in_scope = |scope: Option<&str>| match scope {
-        Some(s) if grant.covers(s) => Ok(()),
-        Some(s) => refuse(format!(
-            "scope {s} is not within its scopes {:?}",
-            grant.scopes
-        )),
+    let granted = || format!("its scopes {:?}", grant.scopes);
+    // What the views say of an agent or run: the refusal says it lies
+    // outside the caller's scopes, never where it lies.
+    let theirs = |what: &str, scope: Option<&str>| match scope {
+        Some(s) if !grant.covers(s) => refuse(format!("{what} is outside {}", granted())),
         // Nothing to check against: the operation refuses the unknown
         // agent or run itself.
-        None => Ok(()),
+        _ => Ok(()),
     };
     match r {
         Request::PublishAgent(p) => {
-            in_scope(Some(&p.scope))?;
+            if !grant.covers(&p.scope) {
+                return refuse(format!("scope {} is not within {}", p.scope, granted()));
+            }
+            // A new version replaces the current one: only a platform the
+            // current one belongs to may replace it.
+            theirs(&format!("agent {}", p.agent), facts.agent_scope.as_deref())?;
             match p.access.iter().flatten().find(|a| !grant.covers(a)) {
-                Some(a) => refuse(format!(
-                    "access to {a} is not within its scopes {:?}",
-                    grant.scopes
-                )),
+                Some(a) => refuse(format!("access to {a} is not within {}", granted())),
                 None => Ok(()),
             }
         }
-        Request::OpenRun(_) | Request::CloseRun(_) => in_scope(facts.agent_scope.as_deref()),
+        Request::OpenRun(o) => theirs(&format!("agent {}", o.agent), facts.agent_scope.as_deref()),
+        Request::CloseRun(c) => {
+            theirs(&format!("run {}", c.run), facts.agent_scope.as_deref())?;
+            labels_within(&c.labels, |s| grant.covers(s), &granted(), refuse)
+        }
+        // Dispatch is narrowed to the caller's scopes where it is carried out.
         Request::Dispatch(_) => Ok(()),
         Request::OpenTask(_) => master(&who, facts.run_opened_by.as_deref(), "the run", refuse),
         Request::UpdateTask(_)
@@ -133,6 +141,23 @@ fn platform_op(
     }
 }
 
+/// An `area:` label a close adds says whose data the run's artifacts are
+/// (R9): a caller may name only areas within its own.
+fn labels_within(
+    labels: &[String],
+    covered: impl Fn(&str) -> bool,
+    granted: &str,
+    refuse: &Refuse,
+) -> Result<(), Forbidden> {
+    match labels
+        .iter()
+        .find(|l| l.strip_prefix("area:").is_some_and(|s| !covered(s)))
+    {
+        Some(l) => refuse(format!("label {l} is not within {granted}")),
+        None => Ok(()),
+    }
+}
+
 fn agent_op(name: &str, r: &Request, facts: &Facts, refuse: &Refuse) -> Result<(), Forbidden> {
     let as_itself = |agent: &str| {
         if agent == name {
@@ -141,14 +166,27 @@ fn agent_op(name: &str, r: &Request, facts: &Facts, refuse: &Refuse) -> Result<(
             refuse(format!("it acts only as agent {name}, not {agent}"))
         }
     };
+    // The run's agent is what the views say: not named back.
+    let its_run = |run: &str| match facts.run_agent.as_deref() {
+        Some(agent) if agent != name => refuse(format!("run {run} is not a run of agent {name}")),
+        _ => Ok(()),
+    };
     match r {
         Request::GetContext(g) => as_itself(&g.agent),
         Request::GetBlob(g) => as_itself(&g.agent),
         Request::ReturnContext(g) => as_itself(&g.agent),
-        Request::ReadArtifact(_) | Request::CloseRun(_) => match facts.run_agent.as_deref() {
-            Some(agent) => as_itself(agent),
-            None => Ok(()),
-        },
+        Request::ReadArtifact(a) => its_run(&a.run),
+        Request::CloseRun(c) => {
+            its_run(&c.run)?;
+            // An agent's own area is its agent's scope.
+            let own = facts.agent_scope.as_deref();
+            labels_within(
+                &c.labels,
+                |s| own.is_none_or(|o| crate::model::scope::scope_within(s, o)),
+                &format!("agent {name}'s scope"),
+                refuse,
+            )
+        }
         Request::UpdateTask(_)
         | Request::PutBlob(_)
         | Request::SendContext(_)
@@ -178,7 +216,10 @@ fn agent_op(name: &str, r: &Request, facts: &Facts, refuse: &Refuse) -> Result<(
 fn master(who: &str, opener: Option<&str>, of: &str, refuse: &Refuse) -> Result<(), Forbidden> {
     match opener {
         Some(o) if o == who => Ok(()),
-        Some(o) => refuse(format!("{of} is {o}'s; only its master does this")),
+        // Whose it is stays unsaid: it may be another tenant's.
+        Some(_) => refuse(format!(
+            "{of} is another principal's; only its master does this"
+        )),
         None => Ok(()),
     }
 }

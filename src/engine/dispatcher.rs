@@ -15,6 +15,7 @@
 use super::{Decided, Engine};
 use crate::error::Result;
 use crate::log::Topic;
+use crate::model::scope;
 use crate::model::*;
 use crate::published::{CloudEvent, Publisher};
 use crate::rules::decide::{self, ListenerOutcome};
@@ -66,6 +67,35 @@ pub struct DispatchAnswer {
     pub dispatched_runs: u64,
 }
 
+/// Finished runs read from the queue at once while dispatching.
+const SWEEP_BATCH: usize = 256;
+
+/// Whose finished runs a sweep dispatches.
+#[derive(Clone, Copy)]
+struct Sweep<'a> {
+    /// The ledger partitions this instance owns.
+    owned: &'a dyn Fn(u32) -> bool,
+    /// The scopes of the platform asking; `None`: every run's.
+    within: Option<&'a [String]>,
+}
+
+impl Sweep<'_> {
+    /// A finished run's events are the business of the platform its
+    /// agent's scope belongs to: another's are left for their owner.
+    fn mine(&self, run: &crate::model::Run) -> bool {
+        self.within
+            .is_none_or(|granted| granted.iter().any(|g| scope::scope_within(&run.scope, g)))
+    }
+
+    /// Whether what the answer tells of a listener (its run, its trigger's
+    /// refs and digests) may be told to the caller: an agent in its scopes.
+    fn shows(&self, agent_scope: Option<&str>) -> bool {
+        self.within.is_none_or(|granted| {
+            agent_scope.is_some_and(|s| granted.iter().any(|g| scope::scope_within(s, g)))
+        })
+    }
+}
+
 impl Engine {
     /// Run the dispatcher until no finished run is left undispatched.
     pub fn dispatch(&mut self) -> Result<DispatchAnswer> {
@@ -75,26 +105,57 @@ impl Engine {
     /// Dispatch only the ledger partitions this instance owns: with several
     /// instances, each chain (one partition) is dispatched by exactly one.
     pub fn dispatch_partitions(&mut self, owned: &dyn Fn(u32) -> bool) -> Result<DispatchAnswer> {
+        self.sweep(Sweep {
+            owned,
+            within: None,
+        })
+    }
+
+    /// Dispatch the finished runs of agents within `within` (a platform's
+    /// scopes; every run when `None`), leaving the others' for their
+    /// owners: a platform is answered only about listeners in its scopes
+    /// (the others are opened all the same, each event goes out once).
+    pub fn dispatch_within(&mut self, within: Option<&[String]>) -> Result<DispatchAnswer> {
+        self.sweep(Sweep {
+            owned: &|_| true,
+            within,
+        })
+    }
+
+    fn sweep(&mut self, sweep: Sweep<'_>) -> Result<DispatchAnswer> {
         // Events go out only for closes the log has acknowledged: inside a
         // pipelined group, settle the group so far first.
         self.settle_in_flight();
         let mut answer = DispatchAnswer::default();
-        let published = self.publish_ahead(owned)?;
+        let published = self.publish_ahead(sweep)?;
         loop {
             let mut progressed = false;
-            for p in (0..self.log.partitions(Topic::Ledger)).filter(|p| owned(*p)) {
-                while let Some((offset, run_id)) = self.views.next_finished(p)? {
-                    if self.caught_up_at.is_none() {
-                        // A dispatch just made durable could not be
-                        // projected: the views must see it before the
-                        // next decision.
-                        self.catch_up(&|_| {})?;
-                        continue;
+            for p in (0..self.log.partitions(Topic::Ledger)).filter(|p| (sweep.owned)(*p)) {
+                let mut after = None;
+                loop {
+                    let batch = self.views.finished_from(p, after, SWEEP_BATCH)?;
+                    let Some((last, _)) = batch.last() else { break };
+                    after = Some(*last);
+                    for (offset, run_id) in batch {
+                        if self.caught_up_at.is_none() {
+                            // A dispatch just made durable could not be
+                            // projected: the views must see it before the
+                            // next decision.
+                            self.catch_up(&|_| {})?;
+                        }
+                        // Dispatched meanwhile (an earlier run's listener
+                        // steps may have moved the views on), or not ours.
+                        let Some(run) = self.views.run(&run_id)? else {
+                            continue;
+                        };
+                        if run.dispatched || !sweep.mine(&run) {
+                            continue;
+                        }
+                        let ahead = published.contains(&run_id);
+                        self.dispatch_one(p, offset, &run_id, ahead, sweep, &mut answer)?;
+                        answer.dispatched_runs += 1;
+                        progressed = true;
                     }
-                    let ahead = published.contains(&run_id);
-                    self.dispatch_one(p, offset, &run_id, ahead, &mut answer)?;
-                    answer.dispatched_runs += 1;
-                    progressed = true;
                 }
             }
             // Listeners opened above may themselves be closed by now only
@@ -113,19 +174,29 @@ impl Engine {
     /// whose events are now durable on the `published` topic. A run
     /// missing from it is published by `dispatch_one` as usual (its
     /// events at least once, as after a crash).
-    fn publish_ahead(
-        &mut self,
-        owned: &dyn Fn(u32) -> bool,
-    ) -> Result<std::collections::HashSet<String>> {
+    fn publish_ahead(&mut self, sweep: Sweep<'_>) -> Result<std::collections::HashSet<String>> {
         let mut done = std::collections::HashSet::new();
         if self.pipeline.is_none() {
             return Ok(done);
         }
         let now = self.now_ms();
         let mut appending = Vec::new();
-        for p in (0..self.log.partitions(Topic::Ledger)).filter(|p| owned(*p)) {
-            for (_, run_id) in self.views.finished_from(p, PUBLISH_AHEAD)? {
-                let run = self.existing_run(&run_id)?;
+        for p in (0..self.log.partitions(Topic::Ledger)).filter(|p| (sweep.owned)(*p)) {
+            let mut runs = Vec::new();
+            let mut after = None;
+            while runs.len() < PUBLISH_AHEAD {
+                let batch = self.views.finished_from(p, after, SWEEP_BATCH)?;
+                let Some((last, _)) = batch.last() else { break };
+                after = Some(*last);
+                for (_, run_id) in batch {
+                    let run = self.existing_run(&run_id)?;
+                    if !run.dispatched && sweep.mine(&run) && runs.len() < PUBLISH_AHEAD {
+                        runs.push(run);
+                    }
+                }
+            }
+            for run in runs {
+                let run_id = run.run.clone();
                 let (recs, headers) = self.published_records(&run, now);
                 if recs.is_empty() {
                     continue;
@@ -182,6 +253,7 @@ impl Engine {
         offset: u64,
         run_id: &str,
         published_ahead: bool,
+        sweep: Sweep<'_>,
         answer: &mut DispatchAnswer,
     ) -> Result<()> {
         let run = self.existing_run(run_id)?;
@@ -222,11 +294,18 @@ impl Engine {
                     run = self.existing_run(run_id)?;
                     next_step = run.next_step;
                 }
+                let shown = sweep.within.is_none()
+                    || sweep.shows(self.views.agent(&agent)?.map(|a| a.scope).as_deref());
                 match decide::decide_listener_record(&self.views, &run, ev, &agent, next_step)? {
                     ListenerOutcome::Opened(record) => {
                         let LedgerEvent::RunOpened(o) = &record.event else {
                             continue;
                         };
+                        opened_ids.push(o.run.clone());
+                        if !shown {
+                            pending.push(record);
+                            continue;
+                        }
                         answer.opened.push(OpenedListener {
                             run: o.run.clone(),
                             agent: agent.clone(),
@@ -243,12 +322,14 @@ impl Engine {
                                 artifacts: Vec::new(),
                             }),
                         });
-                        opened_ids.push(o.run.clone());
                         pending.push(record);
                     }
                     ListenerOutcome::Refused(record, reason) => {
                         pending.push(record);
                         next_step += 1;
+                        if !shown {
+                            continue;
+                        }
                         answer.refused.push(RefusedListener {
                             agent: agent.clone(),
                             event: ev.event.clone(),

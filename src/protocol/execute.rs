@@ -176,7 +176,9 @@ pub fn execute(engine: &mut Engine, request: &Request) -> Result<Answer, OpError
                 artifacts: a.artifacts.iter().map(Into::into).collect(),
             })
         }
-        Request::Dispatch(_) => Answer::Dispatch((&engine.dispatch()?).into()),
+        Request::Dispatch(d) => {
+            Answer::Dispatch((&engine.dispatch_within(d.within.as_deref())?).into())
+        }
         Request::OpenTask(r) => {
             engine.open_task(&r.task, &r.run, &r.task_context)?;
             Answer::OpenTask(TaskOpened {
@@ -325,12 +327,17 @@ fn involved_run(engine: &Engine, request: &Request) -> Result<Option<String>, Op
     }
 }
 
-/// A platform's agents see, in loop warnings, what the platform was
-/// granted: the `access` it declares is checked against its grant by the
-/// policy and then replaced by the grant.
+/// A request narrowed to what its caller was granted. A platform's agents
+/// see, in loop warnings, what the platform was granted: the `access` it
+/// declares is checked against its grant by the policy and then replaced
+/// by the grant. A platform's dispatch is its own agents' finished runs.
 fn as_granted(mut request: Request, grant: &Grant) -> Request {
-    if let (Principal::Platform(_), Request::PublishAgent(p)) = (&grant.principal, &mut request) {
-        p.access = Some(grant.scopes.clone());
+    if let Principal::Platform(_) = &grant.principal {
+        match &mut request {
+            Request::PublishAgent(p) => p.access = Some(grant.scopes.clone()),
+            Request::Dispatch(d) => d.within = Some(grant.scopes.clone()),
+            _ => {}
+        }
     }
     request
 }

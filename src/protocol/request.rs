@@ -200,7 +200,13 @@ pub struct CloseRunOp {
 /// Open listener runs for the events finished runs published (R3, R4, R9).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct DispatchOp {}
+pub struct DispatchOp {
+    /// Never read from a request: the scopes of the platform asking, set
+    /// by the server from its grant (a platform dispatches only its own
+    /// agents' finished runs). `None`: every run's.
+    #[serde(skip)]
+    pub within: Option<Vec<String>>,
+}
 
 /// Open a task whose master is `run` (R11).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

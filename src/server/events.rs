@@ -80,8 +80,8 @@ impl Cursor {
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Filter {
-    /// Only events whose artifacts carry an `area:` label inside this
-    /// scope (the scope itself or below it).
+    /// Only events whose artifacts carry `area:` labels, every one of
+    /// them inside this scope (the scope itself or below it).
     #[serde(default)]
     pub scope: Option<String>,
     /// Only events of this name.
@@ -144,14 +144,20 @@ impl Filter {
             } else {
                 &e["artifacts"]
             };
-            let any = artifacts.as_array().is_some_and(|arts| {
-                arts.iter().any(|a| {
-                    a["labels"]
-                        .as_array()
-                        .is_some_and(|ls| ls.iter().any(|l| l.as_str().is_some_and(inside)))
-                })
-            });
-            if !any {
+            // Every area the event's data belongs to must lie inside the
+            // scope (R9 holds listeners to the same): one label inside is
+            // not enough, or a close labelled with another tenant's area
+            // would reach that tenant's feed.
+            let mut areas = artifacts
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a["labels"].as_array())
+                .flatten()
+                .filter_map(|l| l.as_str())
+                .filter(|l| l.starts_with("area:"))
+                .peekable();
+            if areas.peek().is_none() || !areas.all(inside) {
                 return false;
             }
         }
@@ -232,6 +238,28 @@ mod tests {
         let outside =
             json!({"event": "code.ready", "artifacts": [{"labels": ["area:acme/platformer"]}]});
         assert!(!f.admits(&other) && !f.admits(&outside));
+    }
+
+    #[test]
+    fn a_scope_admits_an_event_only_when_every_area_it_carries_is_inside() {
+        let f = Filter {
+            scope: Some("acme".into()),
+            event: None,
+        };
+        let event = |labels: Value| json!({"specversion": "1.0", "type": "x", "data": {"artifacts": labels}});
+        assert!(f.admits(&event(
+            json!([{"labels": ["area:acme/a", "untrusted"]}, {"labels": ["area:acme"]}])
+        )));
+        // Labelled with another tenant's area too, on the same or another artifact.
+        assert!(!f.admits(&event(
+            json!([{"labels": ["area:acme/a", "area:zeta/secret"]}])
+        )));
+        assert!(!f.admits(&event(
+            json!([{"labels": ["area:acme/a"]}, {"labels": ["area:zeta"]}])
+        )));
+        // Nothing says whose it is.
+        assert!(!f.admits(&event(json!([]))));
+        assert!(!f.admits(&event(json!([{"labels": ["untrusted"]}]))));
     }
 
     #[test]

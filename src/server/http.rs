@@ -229,13 +229,13 @@ pub(super) fn caller(s: &AppState, asked: &Asked) -> Result<Caller, Failure> {
     if let (None, Some(ClientIdentity(identity))) = (value, &asked.client) {
         return identity
             .clone()
-            .map(Caller::Granted)
+            .map(|(grant, lapses)| Caller::Granted(grant, lapses))
             .map_err(unauthenticated);
     }
     let token = tokens::bearer_token(value).map_err(unauthenticated)?;
     if let Some(jwt) = s.opts.jwt.as_ref().filter(|_| jwt::looks_like_jwt(token)) {
-        let grant = jwt.verify(token).map_err(unauthenticated)?;
-        return Ok(Caller::Granted(Arc::new(grant)));
+        let (grant, lapses) = jwt.verify_until(token).map_err(unauthenticated)?;
+        return Ok(Caller::Granted(Arc::new(grant), Some(lapses)));
     }
     match tokens::hash(token) {
         sha if same_secret(&sha, &s.session) => Ok(Caller::Operator),
@@ -1171,6 +1171,29 @@ async fn subscribe_start(s: &AppState, caller: Caller, sub: &Subscribe) -> Resul
     start_cursor(s, None, sub.from.as_deref())
 }
 
+/// Whether `caller`'s credential still holds: a token not revoked or
+/// expired, a JWT or client certificate not past its lapse.
+async fn credential_holds(s: &AppState, caller: &Caller) -> Result<(), Failure> {
+    let caller = caller.clone();
+    let call = s
+        .ledger
+        .call(move |engine| grant_of(engine, &caller).map(|_| ()));
+    match tokio::time::timeout(s.opts.timeout, call).await {
+        Ok(Ok(result)) => result,
+        // Shutting down or slow: the socket ends for its own reasons.
+        Ok(Err(Gone)) | Err(_) => Ok(()),
+    }
+}
+
+/// The close frame of a socket whose credential lapsed (1008, policy).
+fn lapsed_close(f: &Failure) -> Message {
+    let reason: String = f.error.message.chars().take(120).collect();
+    Message::Close(Some(axum::extract::ws::CloseFrame {
+        code: axum::extract::ws::close_code::POLICY,
+        reason: reason.into(),
+    }))
+}
+
 /// One socket: each text message one operation, each answer one message,
 /// in order; after a `subscribe`, published events arrive on it too, as
 /// `{"published": {…}, "id": "<cursor>"}`.
@@ -1188,7 +1211,25 @@ async fn ws_session(s: AppState, caller: Caller, socket: WebSocket) {
     let mut subscription: Option<tokio::task::JoinHandle<()>> = None;
     let mut socket_slot: Option<StreamSlot> = None;
     let text = |r: &Reply| Message::Text(reply_text(r).into());
-    while let Some(msg) = incoming.next().await {
+    // The socket lasts as long as its credential: checked with each
+    // message (every operation is) and on a timer while it is quiet.
+    let mut recheck = tokio::time::interval(STREAM_RECHECK);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    recheck.tick().await;
+    loop {
+        let msg = tokio::select! {
+            m = incoming.next() => match m {
+                Some(m) => m,
+                None => break,
+            },
+            _ = recheck.tick() => {
+                if let Err(f) = credential_holds(&s, &caller).await {
+                    let _ = tx.send(lapsed_close(&f)).await;
+                    break;
+                }
+                continue;
+            }
+        };
         let msg = match msg {
             Ok(m) => m,
             Err(e) => {
@@ -1315,6 +1356,12 @@ async fn ws_session(s: AppState, caller: Caller, socket: WebSocket) {
         };
         if tx.send(text(&reply)).await.is_err() {
             break;
+        }
+        if let Reply::Failed(f) = &reply {
+            if f.error.code == Code::Unauthenticated {
+                let _ = tx.send(lapsed_close(f)).await;
+                break;
+            }
         }
     }
     if let Some(sub) = subscription {

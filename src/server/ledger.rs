@@ -54,8 +54,11 @@ pub use crate::protocol::Line;
 pub enum Caller {
     Operator,
     Token([u8; 32]),
-    /// Authenticated at the edge already (a JWT that verified).
-    Granted(Arc<Grant>),
+    /// Authenticated at the edge already (a JWT that verified, a client
+    /// certificate): the grant, and when the credential lapses (ms since
+    /// the epoch), if it does. A connection that outlives its credential
+    /// is refused from then on, each message and each stream recheck.
+    Granted(Arc<Grant>, Option<u64>),
 }
 
 /// The grant `caller` has: `unauthenticated` for a token unknown, revoked
@@ -63,13 +66,24 @@ pub enum Caller {
 pub fn grant_of(engine: &mut Engine, caller: &Caller) -> Result<Grant, Failure> {
     match caller {
         Caller::Operator => Ok(Grant::operator()),
-        Caller::Granted(grant) => Ok(grant.as_ref().clone()),
+        Caller::Granted(grant, Some(lapses)) if wall_clock_ms() >= *lapses => Err(Failure::new(
+            Code::Unauthenticated,
+            "the credential this connection showed has expired; connect again with a fresh one",
+        )),
+        Caller::Granted(grant, _) => Ok(grant.as_ref().clone()),
         Caller::Token(sha) => match engine.authenticate(sha) {
             Ok(Ok(grant)) => Ok(grant),
             Ok(Err(u)) => Err(Failure::new(Code::Unauthenticated, u.0)),
             Err(e) => Err(Failure::new(e.code(), e.to_string())),
         },
     }
+}
+
+/// Now, by the wall clock credentials are dated by.
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// What a job of operations is answered: one reply per line, or one

@@ -7,7 +7,7 @@
 //! and hands it to every request of the connection as a [`ClientIdentity`].
 //! A client without a certificate still connects and shows a bearer token.
 
-use crate::auth::client_cert::grant_of_certificate;
+use crate::auth::client_cert::{grant_of_certificate, lapse_of_certificate};
 use crate::auth::{Grant, Unauthenticated};
 use axum_server::accept::Accept;
 use axum_server::tls_rustls::RustlsAcceptor;
@@ -113,7 +113,7 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsE
 /// no one (then a request needs a bearer token). Absent from requests of
 /// connections that showed no certificate.
 #[derive(Debug, Clone)]
-pub struct ClientIdentity(pub Result<Arc<Grant>, Unauthenticated>);
+pub struct ClientIdentity(pub Result<(Arc<Grant>, Option<u64>), Unauthenticated>);
 
 /// The rustls acceptor, then the client certificate's principal put into
 /// every request of the connection.
@@ -154,7 +154,10 @@ where
                 .1
                 .peer_certificates()
                 .and_then(|chain| chain.first())
-                .map(|leaf| ClientIdentity(grant_of_certificate(leaf).map(Arc::new)));
+                .map(|leaf| {
+                    let lapses = lapse_of_certificate(leaf);
+                    ClientIdentity(grant_of_certificate(leaf).map(|g| (Arc::new(g), lapses)))
+                });
             Ok((stream, axum::Extension(identity).layer(service)))
         })
     }

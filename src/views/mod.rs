@@ -478,28 +478,19 @@ impl Views {
         Ok(out)
     }
 
-    /// The oldest finished run of a ledger partition not yet dispatched.
-    pub fn next_finished(&self, partition: u32) -> Result<Option<(u64, String)>, ViewError> {
-        let cursor = self.dispatch_cursor(partition)?;
-        let start = keys::finished(partition, cursor);
-        let end = keys::finished(partition, u64::MAX);
-        if let Some(kv) = self.range(start, Bound::Excluded(end)).next() {
-            let (k, v) = kv?;
-            let offset = keys::finished_offset(&k);
-            return Ok(Some((offset, decode(&k, &v)?)));
-        }
-        Ok(None)
-    }
-
     /// Up to `max` finished runs of a ledger partition not yet dispatched,
-    /// oldest first.
+    /// oldest first, from the one closed after offset `after` (from the
+    /// first when `None`). Dispatched runs leave the queue as they are
+    /// dispatched, which need not be in order: a platform dispatches only
+    /// its own (see `Engine::dispatch_within`), so the queue is read from
+    /// its front, not from the dispatch cursor.
     pub fn finished_from(
         &self,
         partition: u32,
+        after: Option<u64>,
         max: usize,
     ) -> Result<Vec<(u64, String)>, ViewError> {
-        let cursor = self.dispatch_cursor(partition)?;
-        let start = keys::finished(partition, cursor);
+        let start = keys::finished(partition, after.map_or(0, |o| o.saturating_add(1)));
         let end = keys::finished(partition, u64::MAX);
         self.range(start, Bound::Excluded(end))
             .take(max)

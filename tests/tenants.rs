@@ -1,0 +1,363 @@
+//! Tenants kept apart on a live `serve --listen`: two platforms, `acme`
+//! and `beta`, with their own agents. One may not publish over the
+//! other's agent, dispatch the other's finished runs, label its closes
+//! with the other's area, or learn the other's scopes from a refusal; and
+//! a credential that lapses ends the sockets and streams it opened.
+
+mod common;
+
+use agentledger::auth::tokens;
+use common::server::{self, Server};
+use serde_json::{json, Value};
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// POST one operation with `token`: the status and the answer.
+fn op(url: &str, token: &str, v: &Value) -> (u16, Value) {
+    let r = client()
+        .post(format!("{url}/v1/ops"))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(v.to_string())
+        .send()
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{v}: {e}: {text}")),
+    )
+}
+
+fn ok(url: &str, token: &str, v: Value) -> Value {
+    let (status, a) = op(url, token, &v);
+    assert_eq!((status, &a["ok"]), (200, &json!(true)), "{v} → {a}");
+    a
+}
+
+/// A ledger token for `principal` with `scopes`, issued by the operator.
+fn issue(url: &str, principal: &str, scopes: &[&str]) -> String {
+    let token = tokens::generate().unwrap();
+    server::post_ok(
+        url,
+        json!({"op":"issue_token","principal":principal,"scopes":scopes,
+            "sha256": hex::encode(tokens::hash(&token))}),
+    );
+    token
+}
+
+fn publish(url: &str, token: &str, agent: &str, scope: &str, listens: &[&str], emits: &[&str]) {
+    ok(
+        url,
+        token,
+        json!({"op":"publish_agent","agent":agent,"scope":scope,"listens":listens,
+            "emits": emits.iter().map(|e| json!({"event":e,"context":"ctx","artifacts":["report"]})).collect::<Vec<_>>()}),
+    );
+}
+
+fn close(run: &str, labels: &[&str]) -> Value {
+    json!({"op":"close_run","run":run,"status":"succeeded","summary":"done",
+        "artifacts":{"report":"findings"},"labels":labels})
+}
+
+struct Tenants {
+    _dir: tempfile::TempDir,
+    s: Server,
+    acme: String,
+    beta: String,
+}
+
+/// A server dispatching only when asked, acme's agents `alice` (emits
+/// `acme.done`) and `aide` (listens to it) in `acme/a`, beta's `bob` and
+/// `bea` likewise in `beta/x`.
+fn tenants() -> Tenants {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server::start(&dir.path().join("data"), None, &["--dispatch", "manual"]);
+    let acme = issue(&s.url, "platform:acme", &["acme"]);
+    let beta = issue(&s.url, "platform:beta", &["beta"]);
+    publish(&s.url, &acme, "alice", "acme/a", &[], &["acme.done"]);
+    publish(&s.url, &acme, "aide", "acme/a", &["acme.done"], &[]);
+    publish(&s.url, &beta, "bob", "beta/x", &[], &["beta.done"]);
+    publish(&s.url, &beta, "bea", "beta/x", &["beta.done"], &[]);
+    Tenants {
+        _dir: dir,
+        s,
+        acme,
+        beta,
+    }
+}
+
+#[test]
+fn a_platform_may_not_publish_over_another_platforms_agent() {
+    let t = tenants();
+    let url = &t.s.url;
+    let (status, a) = op(
+        url,
+        &t.beta,
+        &json!({"op":"publish_agent","agent":"alice","scope":"beta/evil"}),
+    );
+    assert_eq!(
+        (status, &a["error"]["code"]),
+        (403, &json!("forbidden")),
+        "{a}"
+    );
+    // Said without where acme's agent lives.
+    let text = a.to_string();
+    assert!(!text.contains("acme"), "{text}");
+    // Nothing changed hands: acme opens alice's runs, beta may not.
+    ok(
+        url,
+        &t.acme,
+        json!({"op":"open_run","run":"a1","agent":"alice"}),
+    );
+    let (status, a) = op(
+        url,
+        &t.beta,
+        &json!({"op":"open_run","run":"b1","agent":"alice"}),
+    );
+    assert_eq!(status, 403, "{a}");
+    assert!(!a.to_string().contains("acme"), "{a}");
+    let agent: Value = server::http(url)
+        .get(format!("{url}/v1/agents/alice"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert!(agent.to_string().contains("acme/a"), "{agent}");
+    assert!(!agent.to_string().contains("beta/evil"), "{agent}");
+}
+
+#[test]
+fn dispatch_hands_each_platform_only_its_own_work() {
+    let t = tenants();
+    let url = &t.s.url;
+    // acme's run finishes first, beta's after it in the same partition
+    // (the embedded log's 4), so beta's is behind acme's in the queue.
+    let same = |run: &str| agentledger::log::partition_for_key(run.as_bytes(), 4);
+    let b1 = (1..)
+        .map(|i| format!("b{i}"))
+        .find(|r| same(r) == same("a1"))
+        .unwrap();
+    ok(
+        url,
+        &t.acme,
+        json!({"op":"open_run","run":"a1","agent":"alice"}),
+    );
+    ok(url, &t.acme, close("a1", &[]));
+    ok(
+        url,
+        &t.beta,
+        json!({"op":"open_run","run":b1,"agent":"bob"}),
+    );
+    ok(url, &t.beta, close(&b1, &[]));
+
+    let mine = ok(url, &t.beta, json!({"op":"dispatch"}));
+    let opened = mine["opened"].as_array().unwrap();
+    assert_eq!(opened.len(), 1, "{mine}");
+    assert_eq!(opened[0]["agent"], "bea", "{mine}");
+    assert_eq!(opened[0]["source_run"], json!(b1), "{mine}");
+    let text = mine.to_string();
+    for acmes in ["\"a1\"", "aide", "acme"] {
+        assert!(!text.contains(acmes), "{acmes} in {text}");
+    }
+    // acme's work was left for acme, not stranded.
+    let theirs = ok(url, &t.acme, json!({"op":"dispatch"}));
+    let opened = theirs["opened"].as_array().unwrap();
+    assert_eq!(opened.len(), 1, "{theirs}");
+    assert_eq!(opened[0]["agent"], "aide", "{theirs}");
+    assert_eq!(opened[0]["source_run"], "a1", "{theirs}");
+    // Each once: nothing is left for anyone.
+    for token in [&t.acme, &t.beta] {
+        let again = ok(url, token, json!({"op":"dispatch"}));
+        assert_eq!(again["opened"], json!([]), "{again}");
+    }
+    let operator = server::post_ok(url, json!({"op":"dispatch"}));
+    assert_eq!(operator["opened"], json!([]), "{operator}");
+}
+
+#[test]
+fn a_close_labels_only_areas_within_the_closers_grant() {
+    let t = tenants();
+    let url = &t.s.url;
+    ok(
+        url,
+        &t.acme,
+        json!({"op":"open_run","run":"a1","agent":"alice"}),
+    );
+    let (status, a) = op(url, &t.acme, &close("a1", &["area:beta/x"]));
+    assert_eq!(status, 403, "{a}");
+    assert!(a["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("area:beta/x"));
+    // Refused whole: the run is still open and closes within acme's own.
+    let a = ok(url, &t.acme, close("a1", &["area:acme/b", "reviewed"]));
+    let labels = a["labels"].as_array().unwrap();
+    assert!(labels.contains(&json!("area:acme/b")), "{a}");
+    assert!(!labels.contains(&json!("area:beta/x")), "{a}");
+}
+
+/// An Ed25519 key of a test identity provider, and its JWKS document.
+fn provider() -> (jsonwebtoken::EncodingKey, Value) {
+    use base64::Engine as _;
+    let k = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(k.public_key_raw());
+    (
+        jsonwebtoken::EncodingKey::from_ed_pem(k.serialize_pem().as_bytes()).unwrap(),
+        json!({"keys":[{"kty":"OKP","crv":"Ed25519","kid":"k1","x":x}]}),
+    )
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn jwt(key: &jsonwebtoken::EncodingKey, sub: &str, scope: &str, exp: u64) -> String {
+    let header = jsonwebtoken::Header {
+        kid: Some("k1".into()),
+        ..jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA)
+    };
+    let claims = json!({"sub": sub, "scope": scope, "iss": "https://idp.test",
+        "aud": "agentledger", "exp": exp});
+    jsonwebtoken::encode(&header, &claims, key).unwrap()
+}
+
+fn ws_connect(url: &str, token: &str) -> Socket {
+    use tungstenite::client::IntoClientRequest;
+    let mut request = format!("{}/v1/ws", url.replacen("http", "ws", 1))
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let (ws, _) = tungstenite::connect(request).unwrap();
+    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    }
+    ws
+}
+
+type Socket = tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>;
+
+fn closed_for_lapse(m: tungstenite::Message) {
+    match m {
+        tungstenite::Message::Close(Some(frame)) => {
+            assert_eq!(u16::from(frame.code), 1008, "{frame:?}")
+        }
+        other => panic!("not closed for the lapse: {other}"),
+    }
+}
+
+/// The next text message or close frame of a socket.
+fn ws_next(ws: &mut Socket) -> tungstenite::Message {
+    loop {
+        match ws.read() {
+            Ok(m @ (tungstenite::Message::Text(_) | tungstenite::Message::Close(_))) => return m,
+            Ok(_) => continue,
+            Err(e) => panic!("the socket ended without a close frame: {e}"),
+        }
+    }
+}
+
+/// A JWT that verified when its socket or stream opened stops working
+/// when it lapses (its `exp` plus the 30 s leeway): the next operation on
+/// the socket is refused `unauthenticated` and the socket closed 1008; a
+/// quiet socket is closed 1008 on its own; an event stream ends. A fresh
+/// request with it is 401 as before.
+#[test]
+fn a_jwt_ends_the_sockets_and_streams_it_opened_when_it_lapses() {
+    let (key, jwks) = provider();
+    let dir = tempfile::tempdir().unwrap();
+    let jwks_file = dir.path().join("jwks.json");
+    std::fs::write(&jwks_file, jwks.to_string()).unwrap();
+    let s = server::start(
+        &dir.path().join("data"),
+        None,
+        &[
+            "--dispatch",
+            "manual",
+            "--jwt-jwks",
+            jwks_file.to_str().unwrap(),
+            "--jwt-issuer",
+            "https://idp.test",
+            "--jwt-audience",
+            "agentledger",
+        ],
+    );
+    let url = &s.url;
+    // Expired 26 s ago: within the leeway for 4 s more.
+    let exp = unix_now() - 26;
+    let lapse = Instant::now() + Duration::from_secs(4);
+    let platform = jwt(&key, "platform:acme", "acme", exp);
+    let consumer = jwt(&key, "consumer", "", exp);
+
+    let mut busy = ws_connect(url, &platform);
+    let mut quiet = ws_connect(url, &platform);
+    let publish = json!({"op":"publish_agent","agent":"alice","scope":"acme/a"});
+    busy.send(tungstenite::Message::text(publish.to_string()))
+        .unwrap();
+    let first: Value = serde_json::from_str(ws_next(&mut busy).to_text().unwrap()).unwrap();
+    assert_eq!(first["ok"], true, "{first}");
+    let mut stream = client()
+        .get(format!("{url}/v1/events"))
+        .bearer_auth(&consumer)
+        .send()
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+
+    std::thread::sleep(
+        lapse.saturating_duration_since(Instant::now()) + Duration::from_millis(500),
+    );
+    busy.send(tungstenite::Message::text(
+        json!({"op":"open_run","run":"a1","agent":"alice"}).to_string(),
+    ))
+    .unwrap();
+    // Refused, if the socket's own recheck did not close it first.
+    let close = match ws_next(&mut busy) {
+        tungstenite::Message::Text(t) => {
+            let v: Value = serde_json::from_str(&t).unwrap();
+            assert_eq!(v["error"]["code"], "unauthenticated", "{v}");
+            ws_next(&mut busy)
+        }
+        close => close,
+    };
+    closed_for_lapse(close);
+    closed_for_lapse(ws_next(&mut quiet));
+    // The event stream ends (its body reaches its end) within a recheck.
+    let ended = std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink);
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ended.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "the event stream outlived its JWT"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The run was never opened.
+    let (status, a) = op(
+        url,
+        &platform,
+        &json!({"op":"open_run","run":"a2","agent":"alice"}),
+    );
+    assert_eq!(status, 401, "{a}");
+    let trail: Value = server::http(url)
+        .get(format!("{url}/v1/runs/a1/trail"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(trail["error"]["code"], "unknown_run", "{trail}");
+}
