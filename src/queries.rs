@@ -4,6 +4,7 @@
 //! data dir and `GET /v1/runs/{run}/trail` through a running server say
 //! the same thing, byte for byte.
 
+use crate::auth::Subject;
 use crate::codes::Code;
 use crate::engine::Engine;
 use crate::error::LedgerError;
@@ -166,6 +167,77 @@ pub fn answer(engine: &mut Engine, q: &Query, json: bool) -> Result<Said, Ledger
         Err(e) if e.is_refusal() => Ok(Said::refused(e.code(), e.to_string())),
         other => other,
     }
+}
+
+/// What `q` is about, for the policy: the scopes of the agents whose run,
+/// chain, agent or task it names (none when they do not exist), or the
+/// ledger as a whole.
+pub fn subject(engine: &Engine, q: &Query) -> Result<Subject, LedgerError> {
+    let views = engine.views();
+    let run = |run: &str| -> Result<Vec<String>, LedgerError> {
+        Ok(views
+            .run(run)?
+            .map(|r| vec![r.scope.clone()])
+            .unwrap_or_default())
+    };
+    // Every run of the chain the run is in: a chain may reach agents of
+    // other scopes, and reading it shows their steps.
+    let chain = |of: &str| -> Result<Vec<String>, LedgerError> {
+        let Some(r) = views.run(of)? else {
+            return Ok(Vec::new());
+        };
+        let mut scopes = vec![r.scope.clone()];
+        let root = r.root.clone().unwrap_or_else(|| r.run.clone());
+        for member in views.chain(&root)?.map(|c| c.runs).unwrap_or_default() {
+            if let Some(m) = views.run(&member)? {
+                scopes.push(m.scope.clone());
+            }
+        }
+        scopes.sort();
+        scopes.dedup();
+        Ok(scopes)
+    };
+    Ok(Subject::Scopes(match q {
+        Query::Status | Query::Tokens => return Ok(Subject::Whole),
+        Query::Export {
+            run: None,
+            chain: None,
+            ..
+        } => return Ok(Subject::Whole),
+        Query::Trail {
+            run: r,
+            chain: false,
+            ..
+        }
+        | Query::Trace {
+            run: r,
+            chain: false,
+        } => run(r)?,
+        Query::Trail { run: r, .. }
+        | Query::Trace { run: r, .. }
+        | Query::Chain { run: r }
+        | Query::Picture { run: r, .. } => chain(r)?,
+        Query::Export {
+            run: r, chain: c, ..
+        } => {
+            let mut scopes = Vec::new();
+            if let Some(r) = r {
+                scopes.extend(run(r)?);
+            }
+            if let Some(c) = c {
+                scopes.extend(chain(c)?);
+            }
+            scopes
+        }
+        Query::Agent { name } => views
+            .agent(name)?
+            .map(|a| vec![a.scope])
+            .unwrap_or_default(),
+        Query::Stats { task } => match views.task(task)? {
+            Some(t) => run(&t.master_run)?,
+            None => Vec::new(),
+        },
+    }))
 }
 
 /// A question naming what cannot be a name (a run, agent or task): refused

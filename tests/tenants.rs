@@ -6,52 +6,11 @@
 
 mod common;
 
-use agentledger::auth::tokens;
-use common::server::{self, Server};
+use common::idp::{unix_now, Provider};
+use common::server::{self, issue, ok, op, ws_connect, ws_next, Server};
 use serde_json::{json, Value};
 use std::io::Read;
 use std::time::{Duration, Instant};
-
-fn client() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap()
-}
-
-/// POST one operation with `token`: the status and the answer.
-fn op(url: &str, token: &str, v: &Value) -> (u16, Value) {
-    let r = client()
-        .post(format!("{url}/v1/ops"))
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .body(v.to_string())
-        .send()
-        .unwrap();
-    let status = r.status().as_u16();
-    let text = r.text().unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{v}: {e}: {text}")),
-    )
-}
-
-fn ok(url: &str, token: &str, v: Value) -> Value {
-    let (status, a) = op(url, token, &v);
-    assert_eq!((status, &a["ok"]), (200, &json!(true)), "{v} → {a}");
-    a
-}
-
-/// A ledger token for `principal` with `scopes`, issued by the operator.
-fn issue(url: &str, principal: &str, scopes: &[&str]) -> String {
-    let token = tokens::generate().unwrap();
-    server::post_ok(
-        url,
-        json!({"op":"issue_token","principal":principal,"scopes":scopes,
-            "sha256": hex::encode(tokens::hash(&token))}),
-    );
-    token
-}
 
 fn publish(url: &str, token: &str, agent: &str, scope: &str, listens: &[&str], emits: &[&str]) {
     ok(
@@ -204,68 +163,12 @@ fn a_close_labels_only_areas_within_the_closers_grant() {
     assert!(!labels.contains(&json!("area:beta/x")), "{a}");
 }
 
-/// An Ed25519 key of a test identity provider, and its JWKS document.
-fn provider() -> (jsonwebtoken::EncodingKey, Value) {
-    use base64::Engine as _;
-    let k = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
-    let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(k.public_key_raw());
-    (
-        jsonwebtoken::EncodingKey::from_ed_pem(k.serialize_pem().as_bytes()).unwrap(),
-        json!({"keys":[{"kty":"OKP","crv":"Ed25519","kid":"k1","x":x}]}),
-    )
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-fn jwt(key: &jsonwebtoken::EncodingKey, sub: &str, scope: &str, exp: u64) -> String {
-    let header = jsonwebtoken::Header {
-        kid: Some("k1".into()),
-        ..jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA)
-    };
-    let claims = json!({"sub": sub, "scope": scope, "iss": "https://idp.test",
-        "aud": "agentledger", "exp": exp});
-    jsonwebtoken::encode(&header, &claims, key).unwrap()
-}
-
-fn ws_connect(url: &str, token: &str) -> Socket {
-    use tungstenite::client::IntoClientRequest;
-    let mut request = format!("{}/v1/ws", url.replacen("http", "ws", 1))
-        .into_client_request()
-        .unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    let (ws, _) = tungstenite::connect(request).unwrap();
-    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    }
-    ws
-}
-
-type Socket = tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>;
-
 fn closed_for_lapse(m: tungstenite::Message) {
     match m {
         tungstenite::Message::Close(Some(frame)) => {
             assert_eq!(u16::from(frame.code), 1008, "{frame:?}")
         }
         other => panic!("not closed for the lapse: {other}"),
-    }
-}
-
-/// The next text message or close frame of a socket.
-fn ws_next(ws: &mut Socket) -> tungstenite::Message {
-    loop {
-        match ws.read() {
-            Ok(m @ (tungstenite::Message::Text(_) | tungstenite::Message::Close(_))) => return m,
-            Ok(_) => continue,
-            Err(e) => panic!("the socket ended without a close frame: {e}"),
-        }
     }
 }
 
@@ -276,39 +179,27 @@ fn ws_next(ws: &mut Socket) -> tungstenite::Message {
 /// request with it is 401 as before.
 #[test]
 fn a_jwt_ends_the_sockets_and_streams_it_opened_when_it_lapses() {
-    let (key, jwks) = provider();
+    let idp = Provider::new();
     let dir = tempfile::tempdir().unwrap();
-    let jwks_file = dir.path().join("jwks.json");
-    std::fs::write(&jwks_file, jwks.to_string()).unwrap();
-    let s = server::start(
-        &dir.path().join("data"),
-        None,
-        &[
-            "--dispatch",
-            "manual",
-            "--jwt-jwks",
-            jwks_file.to_str().unwrap(),
-            "--jwt-issuer",
-            "https://idp.test",
-            "--jwt-audience",
-            "agentledger",
-        ],
-    );
+    let mut args = idp.serve_args(dir.path());
+    args.extend(["--dispatch".into(), "manual".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = server::start(&dir.path().join("data"), None, &args);
     let url = &s.url;
     // Expired 26 s ago: within the leeway for 4 s more.
     let exp = unix_now() - 26;
     let lapse = Instant::now() + Duration::from_secs(4);
-    let platform = jwt(&key, "platform:acme", "acme", exp);
-    let consumer = jwt(&key, "consumer", "", exp);
+    let platform = idp.jwt("platform:acme", "acme", exp);
+    let consumer = idp.jwt("consumer", "", exp);
 
-    let mut busy = ws_connect(url, &platform);
-    let mut quiet = ws_connect(url, &platform);
+    let mut busy = ws_connect(url, &platform).unwrap();
+    let mut quiet = ws_connect(url, &platform).unwrap();
     let publish = json!({"op":"publish_agent","agent":"alice","scope":"acme/a"});
     busy.send(tungstenite::Message::text(publish.to_string()))
         .unwrap();
     let first: Value = serde_json::from_str(ws_next(&mut busy).to_text().unwrap()).unwrap();
     assert_eq!(first["ok"], true, "{first}");
-    let mut stream = client()
+    let mut stream = server::client()
         .get(format!("{url}/v1/events"))
         .bearer_auth(&consumer)
         .send()

@@ -245,7 +245,11 @@ fn every_operation_by_every_principal_is_allowed_or_forbidden_over_http() {
     let reads: [(&str, &[&str]); 5] = [
         ("/v1/status", &["operator", "auditor"]),
         ("/v1/tokens", &["operator", "auditor"]),
-        ("/v1/runs/m1/trail", &["operator", "auditor"]),
+        // A platform reads its own runs (acme's scope covers m1's agent).
+        (
+            "/v1/runs/m1/trail",
+            &["operator", "platform:acme", "auditor"],
+        ),
         ("/metrics", &["operator", "auditor"]),
         ("/v1/events?scope=acme/travel", &["operator", "consumer"]),
     ];

@@ -3,8 +3,10 @@
 //! the provider's published keys (EdDSA, ES256 or RS256; nothing else, so
 //! neither `none` nor a shared-secret HMAC is ever accepted), then issuer,
 //! audience, expiry and not-before; the principal is read from a
-//! configured claim (`sub` by default) and the scopes from `scope`
-//! (space-separated, as OAuth writes them) or `scopes` (an array).
+//! configured claim (`sub` by default) and the scopes of a platform,
+//! auditor or consumer from `scope` (space-separated, as OAuth writes
+//! them) or `scopes` (an array): every one of them, so an auditor's JWT
+//! that carries any is a scoped auditor's.
 //! Checked at the network edge, with no state: nothing here logs or
 //! returns the token.
 
@@ -223,8 +225,8 @@ impl JwtConfig {
         // Principals that take no scopes ignore OAuth scopes the provider
         // adds for other audiences.
         let scopes = match principal {
-            Principal::Platform(_) | Principal::Consumer => scopes,
-            _ => Vec::new(),
+            Principal::Platform(_) | Principal::Consumer | Principal::Auditor => scopes,
+            Principal::Operator | Principal::Agent(_) => Vec::new(),
         };
         Grant::new(principal, scopes).map_err(|e| e.to_string())
     }

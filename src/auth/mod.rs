@@ -11,6 +11,6 @@ pub mod principal;
 pub mod tokens;
 
 pub use facts::gather;
-pub use policy::{authorize, Action, Facts, Forbidden};
+pub use policy::{authorize, Action, Facts, Forbidden, Subject};
 pub use principal::{BadGrant, BadPrincipal, Grant, Principal};
 pub use tokens::Unauthenticated;

@@ -12,10 +12,22 @@ pub enum Action<'a> {
     /// An operation.
     Op(&'a Request),
     /// A question that writes nothing: trail, chain, agent, stats, status,
-    /// export, verify, metrics.
-    Read,
+    /// export, verify, metrics; about what the subject says.
+    Read(&'a Subject),
     /// The published events, limited to `scope` when given.
     Events { scope: Option<&'a str> },
+}
+
+/// What a read is about, as far as the policy needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// The ledger as a whole: status, tokens, verify, metrics, the signed
+    /// log, an export of everything, the list of recent runs.
+    Whole,
+    /// Runs, a chain, an agent or a task: the scopes of the agents
+    /// concerned (a chain's: every run's). Empty when what is named does
+    /// not exist; the read itself then answers that it is unknown.
+    Scopes(Vec<String>),
 }
 
 /// What the views say about the things a request names, as far as the
@@ -52,7 +64,8 @@ pub fn authorize(grant: &Grant, action: Action<'_>, facts: &Facts) -> Result<(),
     let who = &grant.principal;
     let what = match action {
         Action::Op(r) => r.op().to_string(),
-        Action::Read => "read the ledger".to_string(),
+        Action::Read(Subject::Whole) => "read the ledger".to_string(),
+        Action::Read(Subject::Scopes(_)) => "read what it names".to_string(),
         Action::Events { .. } => "follow the published events".to_string(),
     };
     let refuse = |why: String| {
@@ -68,7 +81,9 @@ pub fn authorize(grant: &Grant, action: Action<'_>, facts: &Facts) -> Result<(),
         (_, Action::Op(Request::IssueToken(_) | Request::RevokeToken(_))) => {
             refuse("only the operator issues and revokes tokens".into())
         }
-        (Principal::Auditor, Action::Read) => Ok(()),
+        (Principal::Auditor | Principal::Platform(_), Action::Read(subject)) => {
+            scoped_read(grant, subject, &refuse)
+        }
         (Principal::Auditor, _) => refuse("an auditor reads and writes nothing".into()),
         (Principal::Consumer, Action::Events { scope }) => allow_if(
             grant.scopes.is_empty() || scope.is_some_and(|s| grant.covers(s)),
@@ -79,11 +94,30 @@ pub fn authorize(grant: &Grant, action: Action<'_>, facts: &Facts) -> Result<(),
         ),
         (Principal::Consumer, _) => refuse("a consumer only follows published events".into()),
         (Principal::Platform(_), Action::Op(r)) => platform_op(grant, r, facts, &refuse),
-        (Principal::Platform(_), _) => {
-            refuse("a platform writes; reading is for auditors and consumers".into())
+        (Principal::Platform(_), Action::Events { .. }) => {
+            refuse("following the published events is a consumer's".into())
         }
         (Principal::Agent(name), Action::Op(r)) => agent_op(name, r, facts, &refuse),
         (Principal::Agent(_), _) => refuse("an agent acts only through its operations".into()),
+    }
+}
+
+/// A reader with scopes (a platform, a scoped auditor) reads what lies
+/// within them; an auditor without scopes reads everything.
+fn scoped_read(grant: &Grant, subject: &Subject, refuse: &Refuse) -> Result<(), Forbidden> {
+    let global = grant.principal == Principal::Auditor && grant.scopes.is_empty();
+    match subject {
+        _ if global => Ok(()),
+        Subject::Whole => refuse(format!(
+            "a reader with scopes reads only the runs, chains, agents and tasks within its scopes {:?}",
+            grant.scopes
+        )),
+        // Where the things outside lie stays unsaid.
+        Subject::Scopes(scopes) if scopes.iter().all(|s| grant.covers(s)) => Ok(()),
+        Subject::Scopes(_) => refuse(format!(
+            "what it names is outside its scopes {:?}",
+            grant.scopes
+        )),
     }
 }
 

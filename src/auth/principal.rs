@@ -16,6 +16,7 @@ pub enum Principal {
     /// One agent: acts only as that agent.
     Agent(String),
     /// Reads trails, chains, exports, status and verify; writes nothing.
+    /// With scopes, only the runs, chains, agents and tasks within them.
     Auditor,
     /// Follows the published events, optionally limited to scopes.
     Consumer,
@@ -62,8 +63,8 @@ impl fmt::Display for Principal {
     }
 }
 
-/// A principal with the scopes it was granted (platforms and consumers;
-/// empty for a consumer means every scope).
+/// A principal with the scopes it was granted (platforms, auditors and
+/// consumers; empty for an auditor or consumer means every scope).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     pub principal: Principal,
@@ -89,7 +90,7 @@ impl Grant {
         }
         match (&principal, scopes.is_empty()) {
             (Principal::Platform(_), true) => return Err(BadGrant::PlatformWithoutScope),
-            (Principal::Operator | Principal::Agent(_) | Principal::Auditor, false) => {
+            (Principal::Operator | Principal::Agent(_), false) => {
                 return Err(BadGrant::ScopesNotTaken(principal.to_string()))
             }
             _ => {}

@@ -206,14 +206,16 @@ impl ActingAs {
         if let Some(server) = remote::server_for(cli)? {
             self.refuse_through(&server)?;
         }
-        use agentledger::auth::{authorize, Action, Facts};
-        Ok(match authorize(&grant, Action::Read, &Facts::default()) {
-            Ok(()) => None,
-            Err(forbidden) => {
-                eprintln!("agentledger: forbidden: {forbidden}");
-                Some(1)
-            }
-        })
+        use agentledger::auth::{authorize, Action, Facts, Subject};
+        Ok(
+            match authorize(&grant, Action::Read(&Subject::Whole), &Facts::default()) {
+                Ok(()) => None,
+                Err(forbidden) => {
+                    eprintln!("agentledger: forbidden: {forbidden}");
+                    Some(1)
+                }
+            },
+        )
     }
 }
 

@@ -8,7 +8,7 @@ use super::events::{self, Cursor, Filter};
 use super::ledger::{grant_of, Caller, Gone, LedgerHandle, Line};
 use super::tls::ClientIdentity;
 use crate::apply::parse_line;
-use crate::auth::{authorize, jwt, tokens, Action, Facts};
+use crate::auth::{authorize, jwt, tokens, Action, Facts, Subject};
 use crate::codes::Code;
 use crate::protocol::{Failure, Reply};
 use crate::queries::{self, PictureFormat, Query};
@@ -321,7 +321,7 @@ async fn permit(s: &AppState, caller: Caller, what: Permit) -> Result<(), Failur
     let call = s.ledger.call(move |engine| -> Result<(), Failure> {
         let grant = grant_of(engine, &caller)?;
         let action = match &what {
-            Permit::Read => Action::Read,
+            Permit::Read => Action::Read(&Subject::Whole),
             Permit::Events(scope) => Action::Events {
                 scope: scope.as_deref(),
             },
@@ -592,7 +592,7 @@ async fn ask_inner(s: &AppState, caller: Caller, q: Query, params: &ReadParams) 
         )),
     };
     let shape = read_shape(&q, params);
-    let said = read_job(s, caller, move |engine| {
+    let said = read_job_about(s, caller, subject_of(&q), move |engine| {
         // Who may not ask learns nothing, not even that the format is wrong.
         let json = json?;
         shape?;
@@ -636,12 +636,24 @@ async fn ask_inner(s: &AppState, caller: Caller, q: Query, params: &ReadParams) 
     r
 }
 
-/// Run `f` for a reader in one job of the ledger thread: the caller's
-/// token checked and its grant held to the policy first, within a slot
-/// and the timeout.
+/// Run `f` for a reader of the whole ledger in one job of the ledger
+/// thread: the caller's token checked and its grant held to the policy
+/// first, within a slot and the timeout.
 pub(super) async fn read_job<T: Send + 'static>(
     s: &AppState,
     caller: Caller,
+    f: impl FnOnce(&mut crate::engine::Engine) -> Result<T, Failure> + Send + 'static,
+) -> Result<T, Response> {
+    read_job_about(s, caller, |_| Ok(Subject::Whole), f).await
+}
+
+/// [`read_job`] for a read about what `subject` says (the scopes of the
+/// runs, chain, agent or task it names), found on the ledger thread
+/// before the policy decides.
+pub(super) async fn read_job_about<T: Send + 'static>(
+    s: &AppState,
+    caller: Caller,
+    subject: impl FnOnce(&crate::engine::Engine) -> Result<Subject, Failure> + Send + 'static,
     f: impl FnOnce(&mut crate::engine::Engine) -> Result<T, Failure> + Send + 'static,
 ) -> Result<T, Response> {
     let Ok(_slot) = s.slots.clone().try_acquire_owned() else {
@@ -649,7 +661,8 @@ pub(super) async fn read_job<T: Send + 'static>(
     };
     let call = s.ledger.call(move |engine| -> Result<T, Failure> {
         let grant = grant_of(engine, &caller)?;
-        authorize(&grant, Action::Read, &Facts::default())
+        let subject = subject(engine)?;
+        authorize(&grant, Action::Read(&subject), &Facts::default())
             .map_err(|f| Failure::new(Code::Forbidden, f.to_string()))?;
         f(engine)
     });
@@ -659,6 +672,14 @@ pub(super) async fn read_job<T: Send + 'static>(
         Ok(Err(Gone)) => Err(gone()),
         Err(_) => Err(timed_out(s.opts.timeout)),
     }
+}
+
+/// The subject of a question, for [`read_job_about`].
+pub(super) fn subject_of(
+    q: &Query,
+) -> impl FnOnce(&crate::engine::Engine) -> Result<Subject, Failure> + Send + 'static {
+    let q = q.clone();
+    move |engine| queries::subject(engine, &q).map_err(|e| Failure::new(e.code(), e.to_string()))
 }
 
 async fn trail(

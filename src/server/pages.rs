@@ -14,7 +14,8 @@
 //! rendering (`render_*`, pure), so what a page shows is tested without a
 //! browser and drawn the same way every time.
 
-use super::http::{caller, read_job, AppState, Asked};
+use super::http::{caller, read_job_about, subject_of, AppState, Asked};
+use crate::auth::Subject;
 use crate::context::{self, Outcome, Subtask, TaskState};
 use crate::encode::{path_segment, xml as escape};
 use crate::engine::Engine;
@@ -23,6 +24,7 @@ use crate::log::Topic;
 use crate::model::{ids, LedgerEvent};
 use crate::picture::ChainPicture;
 use crate::protocol::Failure;
+use crate::queries::Query;
 use crate::report;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -517,6 +519,7 @@ async fn serve_page<T: Send + 'static>(
     s: &AppState,
     asked: Asked,
     route: &'static str,
+    subject: impl FnOnce(&Engine) -> Result<Subject, Failure> + Send + 'static,
     gather: impl FnOnce(&mut Engine) -> Result<T, LedgerError> + Send + 'static,
     render: impl FnOnce(&T) -> String,
 ) -> Response {
@@ -524,7 +527,7 @@ async fn serve_page<T: Send + 'static>(
     let response = match caller(s, &asked) {
         Err(f) => failure_page(super::http::failure_response(f.clone()), Some(&f)),
         Ok(c) => {
-            match read_job(s, c, move |engine| {
+            match read_job_about(s, c, subject, move |engine| {
                 gather(engine).map_err(|e| Failure::new(e.code(), e.to_string()))
             })
             .await
@@ -552,6 +555,7 @@ pub(super) async fn index(State(s): State<AppState>, asked: Asked) -> Response {
         &s,
         asked,
         "/",
+        |_| Ok(Subject::Whole),
         |e| gather_recent(e),
         |rows| render_index(rows),
     )
@@ -567,6 +571,7 @@ pub(super) async fn chain(
         &s,
         asked,
         "/chains/{root}",
+        subject_of(&Query::Chain { run: root.clone() }),
         move |e| gather_chain(e, &root),
         render_chain,
     )

@@ -6,6 +6,7 @@
 
 pub mod contract;
 pub mod frames;
+pub mod idp;
 pub mod mem;
 pub mod server;
 pub mod tls;

@@ -161,3 +161,92 @@ pub fn wait_chain(s: &Server, run: &str, n: usize, within: Duration) -> Vec<Stri
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A client that shows no credential of its own.
+pub fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// POST one operation with `token`: the status and the answer.
+pub fn op(url: &str, token: &str, v: &serde_json::Value) -> (u16, serde_json::Value) {
+    let r = client()
+        .post(format!("{url}/v1/ops"))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(v.to_string())
+        .send()
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().unwrap();
+    let answer = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{v}: {e}: {text}"));
+    (status, answer)
+}
+
+/// POST one operation with `token`; it must be answered ok.
+pub fn ok(url: &str, token: &str, v: serde_json::Value) -> serde_json::Value {
+    let (status, a) = op(url, token, &v);
+    assert_eq!(
+        (status, &a["ok"]),
+        (200, &serde_json::json!(true)),
+        "{v} → {a}"
+    );
+    a
+}
+
+/// A ledger token for `principal` with `scopes`, issued by the operator.
+pub fn issue(url: &str, principal: &str, scopes: &[&str]) -> String {
+    use agentledger::auth::tokens;
+    let token = tokens::generate().unwrap();
+    post_ok(
+        url,
+        serde_json::json!({"op":"issue_token","principal":principal,"scopes":scopes,
+            "sha256": hex::encode(tokens::hash(&token))}),
+    );
+    token
+}
+
+pub type Socket = tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>;
+
+/// A WebSocket to `/v1/ws` showing `token` (reads time out after 20 s),
+/// or the HTTP status the upgrade was refused with.
+pub fn ws_connect(url: &str, token: &str) -> Result<Socket, u16> {
+    use tungstenite::client::IntoClientRequest;
+    let mut request = format!("{}/v1/ws", url.replacen("http", "ws", 1))
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let (ws, _) = match tungstenite::connect(request) {
+        Ok(c) => c,
+        Err(tungstenite::Error::Http(r)) => return Err(r.status().as_u16()),
+        Err(e) => panic!("connecting to {url}: {e}"),
+    };
+    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    }
+    Ok(ws)
+}
+
+/// The next text message or close frame of a socket.
+pub fn ws_next(ws: &mut Socket) -> tungstenite::Message {
+    loop {
+        match ws.read() {
+            Ok(m @ (tungstenite::Message::Text(_) | tungstenite::Message::Close(_))) => return m,
+            Ok(_) => continue,
+            Err(e) => panic!("the socket ended without a close frame: {e}"),
+        }
+    }
+}
+
+/// Send one JSON message on a socket and read the JSON answer.
+pub fn ws_ask(ws: &mut Socket, v: &serde_json::Value) -> serde_json::Value {
+    ws.send(tungstenite::Message::text(v.to_string())).unwrap();
+    match ws_next(ws) {
+        tungstenite::Message::Text(t) => serde_json::from_str(&t).unwrap(),
+        other => panic!("{v}: answered {other}"),
+    }
+}
