@@ -10,6 +10,12 @@ use crate::codes::Code;
 /// message), without its line end.
 pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 
+/// Bytes all request bodies being read and WebSocket messages being
+/// assembled may hold together, whoever sends them (`--body-budget-bytes`):
+/// past it a request is answered `overloaded` (HTTP 503, `Retry-After`)
+/// instead of read, so slow senders cannot pin the server's memory.
+pub const BODY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
+
 /// Operations in one ndjson request body (refused `limit_exceeded`, HTTP
 /// 413, nothing applied): answers are held until the body's group is
 /// durable, so their number is bounded, not only the body's bytes.

@@ -200,3 +200,133 @@ fn past_the_connection_cap_clients_are_told_so_and_the_store_keeps_its_descripto
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Who sends a body is known before it is read: without a credential, with
+/// one that is not a token, or with a token the ledger does not know or has
+/// revoked, the answer is 401 at once, however large the body declared
+/// (5,000 lines' worth, or over the limit) and though none of it was sent.
+#[test]
+fn a_body_is_read_only_for_a_caller_the_ledger_accepts() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(d.path(), None, &[]);
+    let addr = host_port(&s.url);
+    let revoked = common::server::issue(&s.url, "platform:acme", &["acme"]);
+    common::server::post_ok(
+        &s.url,
+        json!({"op":"revoke_token","id": agentledger::auth::tokens::id_of(&agentledger::auth::tokens::hash(&revoked))}),
+    );
+    let unknown = agentledger::auth::tokens::generate().unwrap();
+    for (who, auth) in [
+        ("none", String::new()),
+        ("not bearer", "Authorization: Basic eDp5\r\n".to_string()),
+        ("unknown", format!("Authorization: Bearer {unknown}\r\n")),
+        ("revoked", format!("Authorization: Bearer {revoked}\r\n")),
+    ] {
+        for declared in [5_000 * 100, 4 * 1024 * 1024, 50_000_000] {
+            let (got, took) = send_and_read(
+                &addr,
+                &format!("POST /v1/ops HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/x-ndjson\r\nContent-Length: {declared}\r\n\r\n"),
+                Duration::from_secs(20),
+            );
+            assert!(got.starts_with("HTTP/1.1 401"), "{who} {declared}: {got}");
+            assert!(got.contains("unauthenticated"), "{who} {declared}: {got}");
+            assert!(took < Duration::from_secs(5), "{who} {declared}: {took:?}");
+        }
+    }
+}
+
+/// Bodies being read share one budget: with room for two, a third sender
+/// is answered 503 `overloaded` with `Retry-After` at once, without its
+/// body being read; once the first two are done, bodies are read again.
+#[test]
+fn bodies_in_flight_share_one_budget() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(
+        d.path(),
+        None,
+        &[
+            "--max-body-bytes",
+            "100000",
+            "--body-budget-bytes",
+            "200000",
+            "--request-timeout-ms",
+            "20000",
+        ],
+    );
+    let addr = host_port(&s.url);
+    let auth = format!("Authorization: Bearer {}\r\n", token(&s.url));
+    let op = json!({"op":"dispatch"}).to_string();
+    let head = |len: usize| {
+        format!("POST /v1/ops HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nContent-Length: {len}\r\n\r\n")
+    };
+    // Two senders declare 100,000 bytes each and stall one byte short.
+    let padded = |len: usize| format!("{op}{}", " ".repeat(len - op.len()));
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut c = TcpStream::connect(&addr).unwrap();
+        let body = padded(100_000);
+        c.write_all(head(100_000).as_bytes()).unwrap();
+        c.write_all(&body.as_bytes()[..99_999]).unwrap();
+        stalled.push((c, body));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // A third, even a small one, is refused at once.
+    let (got, took) = send_and_read(&addr, &head(op.len()), Duration::from_secs(10));
+    assert!(got.starts_with("HTTP/1.1 503"), "{got}");
+    assert!(got.to_ascii_lowercase().contains("retry-after: 1"), "{got}");
+    assert!(
+        got.contains("overloaded") && got.contains("--body-budget-bytes"),
+        "{got}"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // A chunked body past the budget is refused as well.
+    let (got, _) = send_and_read(
+        &addr,
+        &format!(
+            "POST /v1/ops HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{op}\r\n0\r\n\r\n",
+            op.len()
+        ),
+        Duration::from_secs(10),
+    );
+    assert!(got.starts_with("HTTP/1.1 503"), "{got}");
+    // The first two finish and are answered; the budget is free again.
+    for (mut c, body) in stalled {
+        c.write_all(&body.as_bytes()[99_999..]).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut buf = [0u8; 12];
+        c.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"HTTP/1.1 200", "{}", String::from_utf8_lossy(&buf));
+    }
+    let a: serde_json::Value = http(&s.url)
+        .post(format!("{}/v1/ops", s.url))
+        .header("content-type", "application/json")
+        .body(op.clone())
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(a["ok"], json!(true), "{a}");
+}
+
+#[test]
+fn a_body_budget_below_the_body_limit_is_refused_at_start() {
+    let d = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .args([
+            "--data",
+            d.path().to_str().unwrap(),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--max-body-bytes", "1000", "--body-budget-bytes", "999"])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--body-budget-bytes 999") && err.contains("--max-body-bytes 1000"),
+        "{err}"
+    );
+}

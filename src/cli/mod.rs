@@ -289,6 +289,8 @@ pub enum KeyCommand {
     },
 }
 
+// Parsed once per process: `serve`'s many flags cost nothing worth boxing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Command {
     /// Apply JSON-lines operations from a file or `-` (stdin).
@@ -509,6 +511,11 @@ pub enum Command {
         /// Largest request body and WebSocket message, in bytes.
         #[arg(long, default_value_t = MAX_LINE_BYTES)]
         max_body_bytes: usize,
+        /// Bytes all request bodies being read (and WebSocket messages
+        /// being assembled) may hold together, at least --max-body-bytes;
+        /// past it a request gets 503 with Retry-After instead of being read.
+        #[arg(long, default_value_t = agentledger::limits::BODY_BUDGET_BYTES)]
+        body_budget_bytes: usize,
         /// Event streams (SSE, subscribed WebSockets) followed at once;
         /// more get 503.
         #[arg(long, default_value_t = agentledger::limits::MAX_STREAMS)]
@@ -1002,6 +1009,13 @@ fn run_command(cli: Cli) -> Result<i32> {
         }
         Command::Gc { grace_secs } => gc(&cli, *grace_secs),
         Command::Serve {
+            max_body_bytes,
+            body_budget_bytes,
+            ..
+        } if body_budget_bytes < max_body_bytes => anyhow::bail!(
+            "--body-budget-bytes {body_budget_bytes} is less than --max-body-bytes {max_body_bytes}: one body could never be read"
+        ),
+        Command::Serve {
             group,
             poll_ms,
             gc_interval_secs,
@@ -1013,6 +1027,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             request_timeout_ms,
             max_in_flight,
             max_body_bytes,
+            body_budget_bytes,
             max_streams,
             tls_cert,
             tls_key,
@@ -1038,6 +1053,7 @@ fn run_command(cli: Cli) -> Result<i32> {
                     timeout: std::time::Duration::from_millis(*request_timeout_ms),
                     max_in_flight: *max_in_flight,
                     max_streams: *max_streams,
+                    body_budget: *body_budget_bytes,
                     tls: tls_cert.clone().zip(tls_key.clone()).map(|(cert, key)| {
                         agentledger::server::TlsFiles {
                             cert,

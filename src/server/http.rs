@@ -48,6 +48,10 @@ pub struct HttpOptions {
     /// Accept JWTs from this identity provider besides the ledger's own
     /// tokens.
     pub jwt: Option<Arc<jwt::JwtConfig>>,
+    /// Bytes all request bodies in flight (and WebSocket messages being
+    /// assembled) may hold together; past it `503 overloaded`. At least
+    /// `max_body`.
+    pub body_budget: usize,
     /// Keep cosignatures only of these witnesses (each verified); none
     /// given: any well-formed line, within a bound per checkpoint.
     pub witnesses: Vec<crate::audit::note::VerifierKey>,
@@ -60,6 +64,7 @@ impl Default for HttpOptions {
             timeout: Duration::from_secs(30),
             max_in_flight: 256,
             max_streams: crate::limits::MAX_STREAMS,
+            body_budget: crate::limits::BODY_BUDGET_BYTES,
             tls: None,
             jwt: None,
             witnesses: Vec::new(),
@@ -75,6 +80,12 @@ pub struct AppState {
     /// data dir's owner).
     session: [u8; 32],
     slots: Arc<Semaphore>,
+    /// One permit a byte of `body_budget`: held by each body being read.
+    pub(super) bodies: Arc<Semaphore>,
+    /// Ledger tokens the ledger thread vouched for lately: a body is read
+    /// only for a caller known to be one, and asking the ledger thread
+    /// before every body would double its work.
+    vouched: Arc<std::sync::Mutex<std::collections::HashMap<[u8; 32], std::time::Instant>>>,
     pub(super) opts: Arc<HttpOptions>,
     /// Set when the server shuts down: streams end, sockets close.
     stopping: Arc<AtomicBool>,
@@ -97,6 +108,8 @@ impl AppState {
             session: tokens::hash(session_token),
             slots: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
             streams: Arc::new(Semaphore::new(opts.max_streams.max(1))),
+            bodies: Arc::new(Semaphore::new(opts.body_budget.max(opts.max_body))),
+            vouched: Arc::default(),
             opts: Arc::new(opts),
             stopping,
         }
@@ -147,10 +160,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn(super::intake::json_errors))
         .layer(axum::middleware::from_fn_with_state(
-            super::intake::BodyLimits {
-                max_body,
-                timeout: state.opts.timeout,
-            },
+            state.clone(),
             super::intake::bounded_body,
         ))
         .with_state(state)
@@ -243,6 +253,55 @@ pub(super) fn caller(s: &AppState, asked: &Asked) -> Result<Caller, Failure> {
     }
 }
 
+/// How long the ledger thread's word that a token is valid is taken at
+/// the edge before a body is read (the operation is authenticated on the
+/// ledger thread again whatever this says).
+const VOUCHED_FOR: Duration = Duration::from_secs(1);
+
+/// Ledger tokens remembered as vouched for, at most.
+const VOUCHED_MAX: usize = 4096;
+
+/// Who sends a request, from its headers alone: refused `unauthenticated`
+/// before its body is read unless its credential is one the ledger
+/// accepts (a JWT or client certificate that verified, the session token,
+/// or a ledger token the ledger thread knows and has not revoked).
+pub(super) async fn vouch(s: &AppState, asked: &Asked) -> Result<(), Failure> {
+    let sha = match caller(s, asked)? {
+        Caller::Operator | Caller::Granted(..) => return Ok(()),
+        Caller::Token(sha) => sha,
+    };
+    let fresh = |at: &std::time::Instant| at.elapsed() < VOUCHED_FOR;
+    if s.vouched
+        .lock()
+        .map(|m| m.get(&sha).is_some_and(fresh))
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
+    let call = s
+        .ledger
+        .call(move |engine| grant_of(engine, &Caller::Token(sha)).map(|_| ()));
+    match tokio::time::timeout(s.opts.timeout, call).await {
+        Ok(Ok(Ok(()))) => {
+            if let Ok(mut m) = s.vouched.lock() {
+                if m.len() >= VOUCHED_MAX {
+                    m.retain(|_, at| fresh(at));
+                }
+                if m.len() < VOUCHED_MAX {
+                    m.insert(sha, std::time::Instant::now());
+                }
+            }
+            Ok(())
+        }
+        Ok(Ok(Err(f))) => Err(f),
+        Ok(Err(Gone)) => Err(Failure::new(Code::ShuttingDown, Gone.to_string())),
+        Err(_) => Err(Failure::new(
+            Code::Timeout,
+            format!("no answer within {} ms", s.opts.timeout.as_millis()),
+        )),
+    }
+}
+
 /// Compare two hashes in time that does not depend on where they differ.
 fn same_secret(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
@@ -294,14 +353,21 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Asked {
         parts: &mut axum::http::request::Parts,
         _: &S,
     ) -> Result<Self, Infallible> {
-        Ok(Asked {
+        Ok(Asked::of(parts))
+    }
+}
+
+impl Asked {
+    /// What `caller` needs of a request, from its head.
+    pub(super) fn of(parts: &axum::http::request::Parts) -> Asked {
+        Asked {
             headers: parts.headers.clone(),
             client: parts
                 .extensions
                 .get::<Option<ClientIdentity>>()
                 .cloned()
                 .flatten(),
-        })
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 //! answered 503 at once), and on shutdown connections get
 //! [`SHUTDOWN_GRACE`] to finish before the server stops regardless.
 
-use super::http::failure_response;
+use super::http::{failure_response, vouch, AppState, Asked};
 use crate::codes::Code;
 use crate::protocol::answer::Failure;
 use axum::body::Body;
@@ -51,24 +51,19 @@ pub fn max_connections() -> usize {
     soft.saturating_sub(RESERVED_FDS).clamp(16, 4096) as usize
 }
 
-/// Limits the body middleware enforces.
-#[derive(Clone, Copy)]
-pub struct BodyLimits {
-    pub max_body: usize,
-    pub timeout: Duration,
-}
-
-/// Read the request body whole, within the limit and the timeout, before
-/// the handler runs; answer as `apply` would when it cannot be.
-pub async fn bounded_body(State(limits): State<BodyLimits>, req: Request, next: Next) -> Response {
+/// Read the request body whole before the handler runs, once its sender
+/// is known: a request whose credential the ledger would refuse is
+/// answered 401 before a byte of its body is read; a body over the limit
+/// is refused, one declared so before it is read; every body being read
+/// holds its bytes of the server's body budget, and one that would go
+/// over it is answered 503 `overloaded` instead of read; and a body must
+/// arrive within the request timeout.
+pub async fn bounded_body(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limits.max_body as u64) {
-        return too_long(declared, limits.max_body);
-    }
     let bodiless = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
         && declared.unwrap_or(0) == 0
         && !req.headers().contains_key(header::TRANSFER_ENCODING);
@@ -76,14 +71,56 @@ pub async fn bounded_body(State(limits): State<BodyLimits>, req: Request, next: 
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
-    let read = tokio::time::timeout(limits.timeout, axum::body::to_bytes(body, limits.max_body));
-    match read.await {
-        Ok(Ok(bytes)) => {
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
+    if let Err(f) = vouch(&s, &Asked::of(&parts)).await {
+        return failure_response(f);
+    }
+    let max_body = s.opts.max_body;
+    if declared.is_some_and(|n| n > max_body as u64) {
+        return too_long(declared, max_body);
+    }
+    let budget = s.opts.body_budget.max(max_body);
+    // A declared length is held whole at once; a chunked body as it comes.
+    let mut held = match declared {
+        Some(n) => match s.bodies.clone().try_acquire_many_owned(n as u32) {
+            Ok(p) => Some(p),
+            Err(_) => return over_budget(budget),
+        },
+        None => None,
+    };
+    let read = async {
+        let mut bytes = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        let mut chunks = body.into_data_stream();
+        while let Some(chunk) = futures_util::StreamExt::next(&mut chunks).await {
+            let chunk = chunk.map_err(Unread::Failed)?;
+            if bytes.len() + chunk.len() > max_body {
+                return Err(Unread::TooLong);
+            }
+            if declared.is_none() {
+                let more = s
+                    .bodies
+                    .clone()
+                    .try_acquire_many_owned(chunk.len() as u32)
+                    .map_err(|_| Unread::OverBudget)?;
+                match held.as_mut() {
+                    Some(p) => p.merge(more),
+                    None => held = Some(more),
+                }
+            }
+            bytes.extend_from_slice(&chunk);
         }
-        Ok(Err(e)) if is_over_limit(&e) => too_long(None, limits.max_body),
-        Ok(Err(e)) => failure_response(Failure::new(
+        Ok(bytes)
+    };
+    match tokio::time::timeout(s.opts.timeout, read).await {
+        Ok(Ok(bytes)) => {
+            let answer = next
+                .run(Request::from_parts(parts, Body::from(bytes)))
+                .await;
+            drop(held);
+            answer
+        }
+        Ok(Err(Unread::TooLong)) => too_long(None, max_body),
+        Ok(Err(Unread::OverBudget)) => over_budget(budget),
+        Ok(Err(Unread::Failed(e))) => failure_response(Failure::new(
             Code::InvalidRequest,
             format!("reading the request body: {e}"),
         )),
@@ -92,13 +129,29 @@ pub async fn bounded_body(State(limits): State<BodyLimits>, req: Request, next: 
                 Code::Timeout,
                 format!(
                     "the request body did not arrive within {} ms",
-                    limits.timeout.as_millis()
+                    s.opts.timeout.as_millis()
                 ),
             ));
             *r.status_mut() = StatusCode::REQUEST_TIMEOUT;
             r
         }
     }
+}
+
+/// Why a body was not read whole.
+enum Unread {
+    TooLong,
+    OverBudget,
+    Failed(axum::Error),
+}
+
+fn over_budget(budget: usize) -> Response {
+    failure_response(Failure::new(
+        Code::Overloaded,
+        format!(
+            "request bodies being read hold the server's budget of {budget} bytes (--body-budget-bytes); retry shortly"
+        ),
+    ))
 }
 
 /// Answers that are not the answer object (axum's own rejections of a
@@ -140,17 +193,6 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
         }
     }
     out
-}
-
-fn is_over_limit(e: &axum::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(c) = cause {
-        if c.to_string().contains("length limit exceeded") {
-            return true;
-        }
-        cause = c.source();
-    }
-    false
 }
 
 fn too_long(declared: Option<u64>, max: usize) -> Response {
