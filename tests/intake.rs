@@ -330,3 +330,114 @@ fn a_body_budget_below_the_body_limit_is_refused_at_start() {
         "{err}"
     );
 }
+
+type Socket = tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>;
+
+/// Send the first `len` bytes of a text message, `{"op":"dispatch"}` and
+/// spaces, as a fragment that is not its last.
+fn begin_message(ws: &mut Socket, len: usize) {
+    use tungstenite::protocol::frame::{coding::OpCode, Frame};
+    let op = br#"{"op":"dispatch"}"#;
+    let mut first = op.to_vec();
+    first.resize(len, b' ');
+    let frame = Frame::message(
+        first,
+        OpCode::Data(tungstenite::protocol::frame::coding::Data::Text),
+        false,
+    );
+    ws.send(tungstenite::Message::Frame(frame)).unwrap();
+}
+
+/// The last fragment of the message `begin_message` began.
+fn end_message(ws: &mut Socket) {
+    use tungstenite::protocol::frame::{coding::OpCode, Frame};
+    let frame = Frame::message(
+        b"  ".to_vec(),
+        OpCode::Data(tungstenite::protocol::frame::coding::Data::Continue),
+        true,
+    );
+    ws.send(tungstenite::Message::Frame(frame)).unwrap();
+}
+
+fn closed_with(ws: &mut Socket, code: u16, says: &str) {
+    match common::server::ws_next(ws) {
+        tungstenite::Message::Close(Some(f)) => {
+            assert_eq!(u16::from(f.code), code, "{f:?}");
+            assert!(f.reason.contains(says), "{f:?}");
+        }
+        other => panic!("not closed: {other}"),
+    }
+}
+
+/// A WebSocket message is held to the time a request body may take: one
+/// begun and never finished ends its socket (1008, saying why) soon after
+/// the request timeout, while a socket that sends whole messages slowly
+/// stays open.
+#[test]
+fn an_unfinished_websocket_message_is_ended_in_time() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(d.path(), None, &["--request-timeout-ms", "1500"]);
+    let t = token(&s.url);
+    let mut stalled = common::server::ws_connect(&s.url, &t).unwrap();
+    let mut slow = common::server::ws_connect(&s.url, &t).unwrap();
+    let began = Instant::now();
+    begin_message(&mut stalled, 100_000);
+    for _ in 0..3 {
+        let a = common::server::ws_ask(&mut slow, &json!({"op":"dispatch"}));
+        assert_eq!(a["ok"], json!(true), "{a}");
+        std::thread::sleep(Duration::from_millis(1200));
+    }
+    closed_with(&mut stalled, 1008, "not finished within 1500 ms");
+    assert!(
+        began.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        began.elapsed()
+    );
+    let a = common::server::ws_ask(&mut slow, &json!({"op":"dispatch"}));
+    assert_eq!(a["ok"], json!(true), "{a}");
+}
+
+/// Messages being assembled share the body budget with request bodies:
+/// with room for two, a third socket's unfinished message closes it 1013
+/// (try again later), an HTTP body meanwhile is 503, and the two finish
+/// and are answered.
+#[test]
+fn unfinished_websocket_messages_share_the_body_budget() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(
+        d.path(),
+        None,
+        &[
+            "--max-body-bytes",
+            "100000",
+            "--body-budget-bytes",
+            "200000",
+            "--request-timeout-ms",
+            "20000",
+        ],
+    );
+    let t = token(&s.url);
+    let mut sockets: Vec<Socket> = (0..3)
+        .map(|_| common::server::ws_connect(&s.url, &t).unwrap())
+        .collect();
+    for ws in &mut sockets[..2] {
+        begin_message(ws, 80_000);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    begin_message(&mut sockets[2], 80_000);
+    closed_with(&mut sockets[2], 1013, "--body-budget-bytes");
+    let r = http(&s.url)
+        .post(format!("{}/v1/ops", s.url))
+        .header("content-type", "application/json")
+        .body(" ".repeat(60_000) + r#"{"op":"dispatch"}"#)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    for ws in &mut sockets[..2] {
+        end_message(ws);
+        match common::server::ws_next(ws) {
+            tungstenite::Message::Text(a) => assert!(a.contains("\"ok\":true"), "{a}"),
+            other => panic!("{other}"),
+        }
+    }
+}

@@ -7,6 +7,7 @@
 use super::events::{self, Cursor, Filter};
 use super::ledger::{grant_of, Caller, Gone, LedgerHandle, Line};
 use super::tls::ClientIdentity;
+use super::ws_upgrade::{self, Stalled};
 use crate::apply::parse_line;
 use crate::auth::{authorize, jwt, tokens, Action, Facts, Subject};
 use crate::codes::Code;
@@ -14,8 +15,6 @@ use crate::protocol::{Failure, Reply};
 use crate::queries::{self, PictureFormat, Query};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{DefaultBodyLimit, Path, Query as QueryParams, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -29,6 +28,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
 
 /// Limits of the network face.
 #[derive(Debug, Clone)]
@@ -1208,11 +1210,7 @@ async fn sse_events(
         .into_response()
 }
 
-async fn ws(
-    State(s): State<AppState>,
-    headers: Asked,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> Response {
+async fn ws(State(s): State<AppState>, headers: Asked, req: axum::extract::Request) -> Response {
     // Who is asking comes first: a caller without a credential learns
     // nothing, not even how to upgrade.
     let caller = match caller(&s, &headers) {
@@ -1223,17 +1221,28 @@ async fn ws(
             return r;
         }
     };
-    let upgrade = match upgrade {
-        Ok(u) => u,
-        Err(rejection) => return rejection.into_response(),
-    };
-    let max = s.opts.max_body;
+    let (mut parts, _) = req.into_parts();
+    let (on_upgrade, switching) =
+        match ws_upgrade::accept(&parts.method, &parts.headers, &mut parts.extensions) {
+            Ok(u) => u,
+            Err((status, why)) => {
+                return with_status(status, Failure::new(Code::InvalidRequest, why));
+            }
+        };
     s.ledger.metrics.http("/v1/ws", 101);
     // Read messages up to twice the limit, so one over it is answered
     // `line_too_long` and the socket goes on; past that it is closed 1009.
-    upgrade
-        .max_message_size(max.saturating_mul(2))
-        .on_upgrade(move |socket| ws_session(s, caller, socket))
+    let max = s.opts.max_body.saturating_mul(2);
+    let watch = Arc::new(std::sync::Mutex::new(ws_upgrade::Watch::new(
+        s.bodies.clone(),
+        max,
+    )));
+    tokio::spawn(async move {
+        if let Some(socket) = ws_upgrade::open(on_upgrade, max, watch.clone()).await {
+            ws_session(s, caller, socket, watch).await;
+        }
+    });
+    switching
 }
 
 /// `{"op":"subscribe", "from": …, "scope": …, "event": …}` on a socket.
@@ -1275,8 +1284,33 @@ async fn credential_holds(s: &AppState, caller: &Caller) -> Result<(), Failure> 
 /// The close frame of a socket whose credential lapsed (1008, policy).
 fn lapsed_close(f: &Failure) -> Message {
     let reason: String = f.error.message.chars().take(120).collect();
-    Message::Close(Some(axum::extract::ws::CloseFrame {
-        code: axum::extract::ws::close_code::POLICY,
+    Message::Close(Some(CloseFrame {
+        code: CloseCode::Policy,
+        reason: reason.into(),
+    }))
+}
+
+/// The close frame of a socket whose unfinished message ended it: 1008
+/// past the time a body may take, 1013 (try again later) past the budget.
+fn stalled_close(stalled: Stalled, opts: &HttpOptions) -> Message {
+    let (code, reason) = match stalled {
+        Stalled::TooSlow => (
+            CloseCode::Policy,
+            format!(
+                "a message was not finished within {} ms (--request-timeout-ms)",
+                opts.timeout.as_millis()
+            ),
+        ),
+        Stalled::OverBudget => (
+            CloseCode::Again,
+            format!(
+                "messages being assembled hold the server's budget of {} bytes (--body-budget-bytes); retry shortly",
+                opts.body_budget.max(opts.max_body)
+            ),
+        ),
+    };
+    Message::Close(Some(CloseFrame {
+        code,
         reason: reason.into(),
     }))
 }
@@ -1284,7 +1318,12 @@ fn lapsed_close(f: &Failure) -> Message {
 /// One socket: each text message one operation, each answer one message,
 /// in order; after a `subscribe`, published events arrive on it too, as
 /// `{"published": {…}, "id": "<cursor>"}`.
-async fn ws_session(s: AppState, caller: Caller, socket: WebSocket) {
+async fn ws_session(
+    s: AppState,
+    caller: Caller,
+    socket: ws_upgrade::Socket,
+    watch: Arc<std::sync::Mutex<ws_upgrade::Watch>>,
+) {
     let (mut sink, mut incoming) = socket.split();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Message>(256);
     let writer = tokio::spawn(async move {
@@ -1314,6 +1353,13 @@ async fn ws_session(s: AppState, caller: Caller, socket: WebSocket) {
                     let _ = tx.send(lapsed_close(&f)).await;
                     break;
                 }
+                // A message being assembled is held to the time a body
+                // may take, and its bytes to the body budget.
+                let stalled = watch.lock().ok().and_then(|w| w.stalled(s.opts.timeout));
+                if let Some(stalled) = stalled {
+                    let _ = tx.send(stalled_close(stalled, &s.opts)).await;
+                    break;
+                }
                 continue;
             }
         };
@@ -1324,15 +1370,15 @@ async fn ws_session(s: AppState, caller: Caller, socket: WebSocket) {
                 // instead of a bare close.
                 let why = e.to_string();
                 let code = if why.contains("too long") || why.contains("limit") {
-                    axum::extract::ws::close_code::SIZE
+                    CloseCode::Size
                 } else if why.contains("UTF-8") || why.contains("utf-8") {
-                    axum::extract::ws::close_code::INVALID
+                    CloseCode::Invalid
                 } else {
-                    axum::extract::ws::close_code::PROTOCOL
+                    CloseCode::Protocol
                 };
                 let reason: String = why.chars().take(120).collect();
                 let _ = tx
-                    .send(Message::Close(Some(axum::extract::ws::CloseFrame {
+                    .send(Message::Close(Some(CloseFrame {
                         code,
                         reason: reason.into(),
                     })))

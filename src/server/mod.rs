@@ -15,6 +15,8 @@ pub mod otlp;
 pub mod pages;
 pub mod tlog;
 pub mod tls;
+pub mod ws_frames;
+mod ws_upgrade;
 
 use crate::engine::Engine;
 use crate::error::LedgerError;

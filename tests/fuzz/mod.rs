@@ -1,7 +1,7 @@
 //! Every decoder of outside bytes, fed arbitrary and mutated input: apply
 //! lines, the record codec (envelope and body), embedded log frames,
-//! checkpoint JSON and export files. Each must answer a clear error or a
-//! value, never panic. The suite runs a few thousand cases per decoder
+//! checkpoint JSON, export files and WebSocket frames as they arrive. Each
+//! must answer a clear error or a value, never panic. The suite runs a few thousand cases per decoder
 //! (`tests/decoders.rs`); `cargo run --release --example fuzz_decoders`
 //! runs a million each.
 #![allow(dead_code)]
@@ -406,6 +406,74 @@ fn op_lines() -> impl Strategy<Value = Vec<u8>> {
     })
 }
 
+/// A client's frame as it goes on the wire (masked).
+fn ws_frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![(if fin { 0x80 } else { 0 }) | opcode];
+    match payload.len() {
+        n if n < 126 => f.push(0x80 | n as u8),
+        n if n <= u16::MAX as usize => {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(0x80 | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    f.extend_from_slice(&[9, 8, 7, 6]);
+    f.extend(
+        payload
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b ^ [9, 8, 7, 6][i % 4]),
+    );
+    f
+}
+
+/// WebSocket traffic as a client sends it: whole messages, fragments with
+/// control frames between them, a message cut short, bad UTF-8.
+fn ws_traffic() -> Vec<Vec<u8>> {
+    let op = br#"{"op":"dispatch"}"#;
+    let mut fragmented = ws_frame(false, 1, &op[..5]);
+    fragmented.extend(ws_frame(true, 9, b"ping"));
+    fragmented.extend(ws_frame(false, 0, &op[5..9]));
+    fragmented.extend(ws_frame(true, 0, &op[9..]));
+    let mut two = ws_frame(true, 1, op);
+    two.extend(ws_frame(true, 2, &[0xff; 300]));
+    let mut cut = ws_frame(false, 1, &[b' '; 200]);
+    cut.extend(ws_frame(false, 0, &[0xc3]));
+    vec![
+        ws_frame(true, 1, op),
+        fragmented,
+        two,
+        cut,
+        ws_frame(true, 1, &[0xc3, 0x28]),
+        ws_frame(true, 8, &[3, 232]),
+        ws_frame(false, 2, &[1; 70_000])[..2_000].to_vec(),
+    ]
+}
+
+/// WebSocket bytes followed frame by frame: whatever the bytes and however
+/// the reads cut them, the same state, and never more held than was sent.
+pub fn ws_frames(bytes: &[u8]) -> Result<(), TestCaseError> {
+    use agentledger::server::ws_frames::Assembly;
+    let mut whole = Assembly::default();
+    whole.feed(bytes);
+    let step = bytes.first().map_or(1, |b| (*b as usize % 13) + 1);
+    let mut cut = Assembly::default();
+    for chunk in bytes.chunks(step) {
+        cut.feed(chunk);
+        prop_assert!(cut.held() <= bytes.len() as u64);
+    }
+    prop_assert_eq!(
+        (whole.open(), whole.held(), whole.begun()),
+        (cut.open(), cut.held(), cut.begun())
+    );
+    prop_assert!(whole.held() <= bytes.len() as u64);
+    prop_assert!(whole.begun() <= bytes.len() as u64 / 2);
+    Ok(())
+}
+
 /// Run `check` over `cases` inputs from `strategy`; panics naming the
 /// (shrunk) input that failed.
 fn run(
@@ -489,6 +557,17 @@ pub fn all(cases: u32) -> Vec<Decoder> {
                     cases,
                     prop_oneof![bytes, fields],
                     checkpoint_json,
+                )
+            }),
+        ),
+        (
+            "ws frames",
+            Box::new(move || {
+                run(
+                    "ws frames",
+                    cases,
+                    inputs(ws_traffic(), vec![0x01, 0xfe]),
+                    ws_frames,
                 )
             }),
         ),
