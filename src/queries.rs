@@ -264,7 +264,7 @@ fn not_a_name(q: &Query) -> Option<Said> {
     Some(Said::refused(
         Code::InvalidName,
         format!(
-            "{what} {:?} is not a name (1–128 of letters, digits, -_.:)",
+            "{what} {:?} is not a name (1–128 of letters, digits, -_.:, never . or ..)",
             name.chars().take(100).collect::<String>()
         ),
     ))

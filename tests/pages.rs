@@ -133,12 +133,20 @@ fn pages_ask_for_the_token_and_escape_what_they_show() {
     assert!(!page.contains("<script"));
     // A chain that is not there: a page saying so, 404.
     let r = server::http(&srv.url)
-        .get(format!("{}/chains/%3Cb%3Enope", srv.url))
+        .get(format!("{}/chains/nope", srv.url))
         .send()
         .unwrap();
     assert_eq!(r.status(), 404);
+    assert!(r.text().unwrap().contains("unknown_run"));
+    // One that cannot be a name: 400, as the API says, and what was
+    // asked is escaped.
+    let r = server::http(&srv.url)
+        .get(format!("{}/chains/%3Cb%3Enope", srv.url))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 400);
     let body = r.text().unwrap();
-    assert!(body.contains("unknown_run") && body.contains("&lt;b&gt;nope"));
+    assert!(body.contains("invalid_name") && body.contains("&lt;b&gt;nope"));
     assert!(!body.contains("<b>nope"), "the name is escaped: {body}");
     drop(srv);
 }

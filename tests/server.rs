@@ -1617,6 +1617,8 @@ fn every_error_is_the_answer_object() {
         ("/v1/events?scope=acme/platform/..", 400, "invalid_scope"),
         ("/v1/events?scope=acme/platform/", 400, "invalid_scope"),
         ("/v1/events?event=a%20b", 400, "invalid_name"),
+        ("/v1/verify?witnesses=1", 400, "invalid_request"),
+        ("/v1/verify?all_witnessed=true", 400, "invalid_request"),
     ] {
         let r = c.get(format!("{}{path}", s.url)).send().unwrap();
         assert_eq!(r.status().as_u16(), status, "{path}");
@@ -1625,6 +1627,26 @@ fn every_error_is_the_answer_object() {
         assert_eq!(a["ok"], false, "{path}: {a}");
         assert_eq!(a["error"]["code"], code, "{path}: {a}");
         assert!(!a["error"]["message"].as_str().unwrap().is_empty(), "{a}");
+    }
+    // The chain page holds names to the same.
+    for path in ["/chains/..%2F..%2F", "/chains/a%20b"] {
+        let r = c.get(format!("{}{path}", s.url)).send().unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{path}");
+        assert!(r.text().unwrap().contains("invalid_name"), "{path}");
+    }
+    // Nor is it a name an operation may give.
+    for v in [
+        json!({"op":"publish_agent","agent":"..","scope":"acme"}),
+        json!({"op":"open_run","run":".","agent":"a"}),
+    ] {
+        let r = c
+            .post(format!("{}/v1/ops", s.url))
+            .header("content-type", "application/json")
+            .body(v.to_string())
+            .send()
+            .unwrap();
+        let a: Value = r.json().unwrap();
+        assert_eq!(a["error"]["code"], "invalid_name", "{v}: {a}");
     }
     // A name of 50,000 characters is not echoed whole.
     let long = "x".repeat(50_000);

@@ -148,7 +148,9 @@ pub enum ContextError {
         limit: u64,
     },
     /// An id the caller chose is not a valid name.
-    #[error("{what} {name:?} is not a valid name (letters, digits, - _ . :; 1 to 128)")]
+    #[error(
+        "{what} {name:?} is not a valid name (letters, digits, - _ . :; 1 to 128; never . or ..)"
+    )]
     InvalidName { what: &'static str, name: String },
     /// The task's master run is closed: the task takes no more operations.
     #[error("run {run:?} is closed; the task's operations ended with it")]

@@ -51,7 +51,11 @@ pub fn chain_key<'a>(root: Option<&'a str>, run: &'a str) -> &'a str {
 
 /// Ids users give (runs, agents, tasks) are short, printable and unambiguous.
 pub fn valid_name(name: &str) -> bool {
+    // `.` and `..` alone name places in paths (a page's URL, a file a
+    // name may one day be part of): never a run, agent or task.
     !name.is_empty()
+        && name != "."
+        && name != ".."
         && name.len() <= 128
         && name
             .chars()

@@ -83,7 +83,7 @@ fn check_names(what: &str, names: &[String]) -> Decision<()> {
         if !ids::valid_name(n) {
             return Err(refused(
                 Code::InvalidName,
-                format!("{what} {n:?} is not a valid name (letters, digits, - _ . :; 1 to 128)"),
+                format!("{what} {n:?} is not a valid name (letters, digits, - _ . :; 1 to 128; never . or ..)"),
             ));
         }
     }

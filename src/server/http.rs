@@ -893,13 +893,18 @@ fn trust_of(p: &VerifyParams) -> Result<Option<crate::audit::signed::Trust>, Fai
         Failure::new(Code::InvalidRequest, format!("{what}: {e}"))
     };
     let Some(key) = p.key.as_deref() else {
-        return if p.witness_keys.is_some() {
-            Err(Failure::new(
+        // What only a signed trail can answer is refused, not ignored.
+        let needing = [
+            ("witness_keys", p.witness_keys.is_some()),
+            ("witnesses", p.witnesses.is_some()),
+            ("all_witnessed", p.all_witnessed),
+        ];
+        return match needing.iter().find(|(_, given)| *given) {
+            Some((what, _)) => Err(Failure::new(
                 Code::InvalidRequest,
-                "witness_keys needs key (the ledger's)",
-            ))
-        } else {
-            Ok(None)
+                format!("{what} needs key (the ledger's)"),
+            )),
+            None => Ok(None),
         };
     };
     let key = VerifierKey::parse(key).map_err(|e| bad("key", e))?;

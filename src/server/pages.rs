@@ -130,6 +130,17 @@ pub fn gather_recent(engine: &Engine) -> Result<Vec<ChainRow>, LedgerError> {
 
 /// What `/chains/{root}` shows of the chain `root` names.
 pub fn gather_chain(engine: &mut Engine, root: &str) -> Result<ChainPage, LedgerError> {
+    // As the API answers a run that cannot be a name (`..` among them).
+    if !ids::valid_name(root) {
+        return Err(crate::error::Refusal::new(
+            crate::codes::Code::InvalidName,
+            format!(
+                "run {:?} is not a name (1–128 of letters, digits, -_.:, never . or ..)",
+                root.chars().take(100).collect::<String>()
+            ),
+        )
+        .into());
+    }
     let picture = crate::queries::chain_picture(engine, root)?;
     let trail = report::collect_trail(engine.views(), engine.log().as_ref(), root, true)?;
     let erased = report::erasures(&trail, engine.views())?;
