@@ -80,19 +80,18 @@ struct Sweep<'a> {
 }
 
 impl Sweep<'_> {
+    /// Whether an agent in `scope` is the caller's (every agent is, when
+    /// the sweep is not narrowed).
+    fn covers(&self, scope: Option<&str>) -> bool {
+        self.within.is_none_or(|granted| {
+            scope.is_some_and(|s| granted.iter().any(|g| scope::scope_within(s, g)))
+        })
+    }
+
     /// A finished run's events are the business of the platform its
     /// agent's scope belongs to: another's are left for their owner.
     fn mine(&self, run: &crate::model::Run) -> bool {
-        self.within
-            .is_none_or(|granted| granted.iter().any(|g| scope::scope_within(&run.scope, g)))
-    }
-
-    /// Whether what the answer tells of a listener (its run, its trigger's
-    /// refs and digests) may be told to the caller: an agent in its scopes.
-    fn shows(&self, agent_scope: Option<&str>) -> bool {
-        self.within.is_none_or(|granted| {
-            agent_scope.is_some_and(|s| granted.iter().any(|g| scope::scope_within(s, g)))
-        })
+        self.covers(Some(&run.scope))
     }
 }
 
@@ -152,7 +151,7 @@ impl Engine {
                             continue;
                         }
                         let ahead = published.contains(&run_id);
-                        self.dispatch_one(p, offset, &run_id, ahead, sweep, &mut answer)?;
+                        self.dispatch_one(p, offset, run, ahead, sweep, &mut answer)?;
                         answer.dispatched_runs += 1;
                         progressed = true;
                     }
@@ -251,12 +250,12 @@ impl Engine {
         &mut self,
         partition: u32,
         offset: u64,
-        run_id: &str,
+        run: crate::views::RunState,
         published_ahead: bool,
         sweep: Sweep<'_>,
         answer: &mut DispatchAnswer,
     ) -> Result<()> {
-        let run = self.existing_run(run_id)?;
+        let run_id = run.run.clone();
         let mut pending = Vec::new();
         let mut next_step = run.next_step;
         let mut opened_ids = Vec::new();
@@ -291,11 +290,14 @@ impl Engine {
                     if self.caught_up_at.is_none() {
                         self.catch_up(&|_| {})?;
                     }
-                    run = self.existing_run(run_id)?;
+                    run = self.existing_run(&run_id)?;
                     next_step = run.next_step;
                 }
+                // What the answer tells of a listener (its run, its
+                // trigger's refs and digests) only for the caller's agents;
+                // the agent's view is read only when the sweep is narrowed.
                 let shown = sweep.within.is_none()
-                    || sweep.shows(self.views.agent(&agent)?.map(|a| a.scope).as_deref());
+                    || sweep.covers(self.views.agent(&agent)?.map(|a| a.scope).as_deref());
                 match decide::decide_listener_record(&self.views, &run, ev, &agent, next_step)? {
                     ListenerOutcome::Opened(record) => {
                         let LedgerEvent::RunOpened(o) = &record.event else {

@@ -132,12 +132,9 @@ impl Filter {
         }
         if let Some(scope) = &self.scope {
             let inside = |label: &str| {
-                label.strip_prefix("area:").is_some_and(|area| {
-                    area == scope
-                        || area
-                            .strip_prefix(scope.as_str())
-                            .is_some_and(|rest| rest.starts_with('/'))
-                })
+                label
+                    .strip_prefix("area:")
+                    .is_some_and(|area| crate::model::scope::scope_within(area, scope))
             };
             let artifacts = if cloud {
                 &e["data"]["artifacts"]

@@ -280,11 +280,8 @@ pub(super) async fn vouch(s: &AppState, asked: &Asked) -> Result<(), Failure> {
     {
         return Ok(());
     }
-    let call = s
-        .ledger
-        .call(move |engine| grant_of(engine, &Caller::Token(sha)).map(|_| ()));
-    match tokio::time::timeout(s.opts.timeout, call).await {
-        Ok(Ok(Ok(()))) => {
+    match ask_grant(s, Caller::Token(sha)).await {
+        Ok(Ok(())) => {
             if let Ok(mut m) = s.vouched.lock() {
                 if m.len() >= VOUCHED_MAX {
                     m.retain(|_, at| fresh(at));
@@ -295,7 +292,20 @@ pub(super) async fn vouch(s: &AppState, asked: &Asked) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Ok(Ok(Err(f))) => Err(f),
+        Ok(Err(f)) => Err(f),
+        Err(unanswered) => Err(unanswered),
+    }
+}
+
+/// Whether the ledger thread grants `caller` anything, within the
+/// request timeout: the outer error says it did not answer (shutting
+/// down, or too slow).
+async fn ask_grant(s: &AppState, caller: Caller) -> Result<Result<(), Failure>, Failure> {
+    let call = s
+        .ledger
+        .call(move |engine| grant_of(engine, &caller).map(|_| ()));
+    match tokio::time::timeout(s.opts.timeout, call).await {
+        Ok(Ok(granted)) => Ok(granted),
         Ok(Err(Gone)) => Err(Failure::new(Code::ShuttingDown, Gone.to_string())),
         Err(_) => Err(Failure::new(
             Code::Timeout,
@@ -1275,15 +1285,8 @@ async fn subscribe_start(s: &AppState, caller: Caller, sub: &Subscribe) -> Resul
 /// Whether `caller`'s credential still holds: a token not revoked or
 /// expired, a JWT or client certificate not past its lapse.
 async fn credential_holds(s: &AppState, caller: &Caller) -> Result<(), Failure> {
-    let caller = caller.clone();
-    let call = s
-        .ledger
-        .call(move |engine| grant_of(engine, &caller).map(|_| ()));
-    match tokio::time::timeout(s.opts.timeout, call).await {
-        Ok(Ok(result)) => result,
-        // Shutting down or slow: the socket ends for its own reasons.
-        Ok(Err(Gone)) | Err(_) => Ok(()),
-    }
+    // Shutting down or slow: the socket ends for its own reasons.
+    ask_grant(s, caller.clone()).await.unwrap_or(Ok(()))
 }
 
 /// The close frame of a socket whose credential lapsed (1008, policy).
