@@ -296,3 +296,61 @@ fn read_commands_as_a_principal_are_held_to_the_policy() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("not one of operator"), "{err}");
 }
+
+#[test]
+fn refusals_of_a_principal_that_writes_nothing_are_kept_once_a_minute_with_the_count() {
+    use agentledger::auth::Grant;
+    use agentledger::protocol::{reply_as, Reply};
+    let d = tempfile::tempdir().unwrap();
+    let clock = common::TestClock::at(1_000_000);
+    let mut l = Ledger::open_with(d.path(), &common::Backend::Embedded, clock.options());
+    l.publish("developer", "acme/platform", &[], &[]);
+    l.open_run("r1", "developer");
+    let consumer = Grant::new(Principal::Consumer, vec![]).unwrap();
+    let close = json!({"op":"close_run","run":"r1","status":"succeeded"});
+    let forbidden_steps = |l: &Ledger| -> Vec<String> {
+        l.engine
+            .trail("r1", false)
+            .unwrap()
+            .iter()
+            .filter_map(|s| match &s.event {
+                agentledger::model::LedgerEvent::Forbidden(f) => Some(f.message.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let refuse = |l: &mut Ledger| {
+        let (reply, _) = reply_as(&mut l.engine, &consumer, &close);
+        let Reply::Failed(f) = reply else {
+            panic!("a consumer closed a run")
+        };
+        assert_eq!(f.error.code.as_str(), "forbidden");
+        assert!(!f.error.message.contains("more refused"), "{}", f.error.message);
+    };
+    for _ in 0..10 {
+        refuse(&mut l);
+    }
+    assert_eq!(forbidden_steps(&l).len(), 1);
+    assert!(!forbidden_steps(&l)[0].contains("more refused"));
+    // Within the minute nothing more is kept; past it, the next refusal is,
+    // saying how many were not.
+    clock.advance(59_999);
+    refuse(&mut l);
+    assert_eq!(forbidden_steps(&l).len(), 1);
+    clock.advance(1);
+    refuse(&mut l);
+    let kept = forbidden_steps(&l);
+    assert_eq!(kept.len(), 2);
+    assert!(kept[1].contains("(10 more refused since the last recorded"), "{}", kept[1]);
+    assert_eq!(
+        l.engine.refusals_unrecorded(),
+        vec![("consumer".to_string(), 10)]
+    );
+    // A principal that may write keeps every refusal.
+    let other = Grant::new(Principal::Agent("someone".into()), vec![]).unwrap();
+    for _ in 0..3 {
+        let (reply, _) = reply_as(&mut l.engine, &other, &close);
+        assert!(matches!(reply, Reply::Failed(_)));
+    }
+    assert_eq!(forbidden_steps(&l).len(), 5);
+}

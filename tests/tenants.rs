@@ -252,3 +252,77 @@ fn a_jwt_ends_the_sockets_and_streams_it_opened_when_it_lapses() {
         .unwrap();
     assert_eq!(trail["error"]["code"], "unknown_run", "{trail}");
 }
+
+/// The steps of `run`'s trail, as the operator reads them.
+fn trail_steps(url: &str, run: &str) -> Vec<Value> {
+    server::http(url)
+        .get(format!("{url}/v1/runs/{run}/trail"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_principal_that_writes_nothing_cannot_fill_a_trail_with_refusals() {
+    let t = tenants();
+    let url = &t.s.url;
+    ok(
+        url,
+        &t.acme,
+        json!({"op":"open_run","run":"a1","agent":"alice"}),
+    );
+    let before = trail_steps(url, "a1").len();
+    for principal in ["consumer", "auditor"] {
+        let token = issue(url, principal, &[]);
+        // A whole body of refused lines, as many as a body may hold.
+        let lines: Vec<String> = (0..agentledger::limits::MAX_OPS_PER_BODY)
+            .map(|_| close("a1", &[]).to_string())
+            .collect();
+        let answers = server::client()
+            .post(format!("{url}/v1/ops"))
+            .bearer_auth(&token)
+            .header("content-type", "application/x-ndjson")
+            .body(lines.join("\n"))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        let refused = answers
+            .lines()
+            .filter(|l| l.contains("\"forbidden\""))
+            .count();
+        assert_eq!(refused, lines.len(), "every line is refused");
+    }
+    // One step for each principal, not one for each line; the run is
+    // still open and acme closes it.
+    let steps = trail_steps(url, "a1");
+    let kept: Vec<&Value> = steps
+        .iter()
+        .filter(|s| s.to_string().contains("forbidden"))
+        .collect();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert_eq!(steps.len(), before + 2);
+    ok(url, &t.acme, close("a1", &[]));
+    // Every refusal is counted, the unrecorded ones by principal.
+    let metrics = server::http(url)
+        .get(format!("{url}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let unrecorded = (agentledger::limits::MAX_OPS_PER_BODY - 1).to_string();
+    for principal in ["consumer", "auditor"] {
+        let line = format!("agentledger_forbidden_unrecorded_total{{principal=\"{principal}\"}} {unrecorded}");
+        assert!(metrics.contains(&line), "no {line} in\n{metrics}");
+    }
+    let forbidden = metrics
+        .lines()
+        .find(|l| l.starts_with("agentledger_refusals_total{code=\"forbidden\"}"))
+        .unwrap_or_else(|| panic!("no forbidden refusals counted:\n{metrics}"));
+    let n: usize = forbidden.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n >= 2 * agentledger::limits::MAX_OPS_PER_BODY, "{forbidden}");
+}

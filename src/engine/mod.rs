@@ -14,6 +14,7 @@ mod open;
 mod options;
 mod pipeline;
 mod rebuilding;
+mod refusals;
 mod registry;
 mod runs;
 mod tokens;
@@ -77,6 +78,9 @@ pub struct Engine {
     /// Fresh views being built beside the live ones, and how the last
     /// rebuild ended (see `rebuilding`).
     rebuild: rebuilding::Rebuilds,
+    /// Refusals of principals that write nothing, kept at most once a
+    /// minute each (see `refusals`).
+    refusals: refusals::RefusalLimit,
     _lock: Option<File>,
 }
 
@@ -163,6 +167,7 @@ impl Engine {
             principal: crate::codec::V1_PRINCIPAL.to_string(),
             data: None,
             rebuild: Default::default(),
+            refusals: Default::default(),
             _lock: None,
         }
     }

@@ -62,6 +62,42 @@ impl Engine {
         Ok(true)
     }
 
+    /// Keep a refusal of a principal that writes nothing (the one the
+    /// engine acts as) on the trail of the run `run` finds, at most once a
+    /// minute for each such principal: the others are counted, and the
+    /// next one kept says how many. Whether it was kept.
+    pub fn record_forbidden_limited(
+        &mut self,
+        run: impl FnOnce(&mut Self) -> Result<Option<String>>,
+        op: &str,
+        message: &str,
+    ) -> Result<bool> {
+        let principal = self.principal.clone();
+        let Some(unrecorded) = self.refusals.admit(&principal, self.now_ms()) else {
+            return Ok(false);
+        };
+        let kept = match run(self) {
+            Ok(Some(r)) => self.record_forbidden(
+                &r,
+                op,
+                &super::refusals::with_unrecorded(message, unrecorded),
+            ),
+            Ok(None) => Ok(false),
+            Err(e) => Err(e),
+        };
+        self.refusals.settle(&principal, matches!(kept, Ok(true)));
+        kept
+    }
+
+    /// Refusals of principals that write nothing left off their trails
+    /// since the engine opened, by principal.
+    pub fn refusals_unrecorded(&self) -> Vec<(String, u64)> {
+        self.refusals
+            .unrecorded()
+            .map(|(p, n)| (p.to_string(), n))
+            .collect()
+    }
+
     /// Open a root run (a user started it), or with `legacy_trigger` a run an
     /// older worker opened from an event without recording its chain position.
     pub fn open_run(

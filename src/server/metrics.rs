@@ -33,6 +33,7 @@ pub struct Metrics {
     otlp_spans: Family<Labels, Counter>,
     otlp_failures: Counter,
     rebuild: Family<Labels, Gauge>,
+    unrecorded: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -125,7 +126,14 @@ impl Metrics {
             "The rebuild of the views beside the live ones: records projected so far (kind=projected) of those in the log when it started (kind=total); kind=running is 1 while it runs",
             rebuild.clone(),
         );
+        let unrecorded = Family::<Labels, Counter>::default();
+        registry.register(
+            "forbidden_unrecorded",
+            "Refusals of principals that write nothing (auditor, consumer) not kept on a trail: at most one a minute each is, by principal",
+            unrecorded.clone(),
+        );
         Metrics {
+            unrecorded,
             rebuild,
             otlp_spans,
             otlp_failures,
@@ -233,6 +241,10 @@ impl Metrics {
             .log_syncs_seen
             .swap(syncs, std::sync::atomic::Ordering::Relaxed);
         self.log_syncs.inc_by(syncs.saturating_sub(seen));
+        for (principal, n) in engine.refusals_unrecorded() {
+            let c = self.unrecorded.get_or_create(&vec![("principal", principal)]);
+            c.inc_by(n.saturating_sub(c.get()));
+        }
         if let Some(r) = engine.rebuild_status() {
             let running = r.state == crate::rebuild::beside::RebuildState::Running;
             for (kind, v) in [
