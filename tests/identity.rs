@@ -325,7 +325,11 @@ fn refusals_of_a_principal_that_writes_nothing_are_kept_once_a_minute_with_the_c
             panic!("a consumer closed a run")
         };
         assert_eq!(f.error.code.as_str(), "forbidden");
-        assert!(!f.error.message.contains("more refused"), "{}", f.error.message);
+        assert!(
+            !f.error.message.contains("more refused"),
+            "{}",
+            f.error.message
+        );
     };
     for _ in 0..10 {
         refuse(&mut l);
@@ -341,7 +345,11 @@ fn refusals_of_a_principal_that_writes_nothing_are_kept_once_a_minute_with_the_c
     refuse(&mut l);
     let kept = forbidden_steps(&l);
     assert_eq!(kept.len(), 2);
-    assert!(kept[1].contains("(10 more refused since the last recorded"), "{}", kept[1]);
+    assert!(
+        kept[1].contains("(10 more refused since the last recorded"),
+        "{}",
+        kept[1]
+    );
     assert_eq!(
         l.engine.refusals_unrecorded(),
         vec![("consumer".to_string(), 10)]

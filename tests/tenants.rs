@@ -316,7 +316,9 @@ fn a_principal_that_writes_nothing_cannot_fill_a_trail_with_refusals() {
         .unwrap();
     let unrecorded = (agentledger::limits::MAX_OPS_PER_BODY - 1).to_string();
     for principal in ["consumer", "auditor"] {
-        let line = format!("agentledger_forbidden_unrecorded_total{{principal=\"{principal}\"}} {unrecorded}");
+        let line = format!(
+            "agentledger_forbidden_unrecorded_total{{principal=\"{principal}\"}} {unrecorded}"
+        );
         assert!(metrics.contains(&line), "no {line} in\n{metrics}");
     }
     let forbidden = metrics
@@ -324,5 +326,77 @@ fn a_principal_that_writes_nothing_cannot_fill_a_trail_with_refusals() {
         .find(|l| l.starts_with("agentledger_refusals_total{code=\"forbidden\"}"))
         .unwrap_or_else(|| panic!("no forbidden refusals counted:\n{metrics}"));
     let n: usize = forbidden.rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(n >= 2 * agentledger::limits::MAX_OPS_PER_BODY, "{forbidden}");
+    assert!(
+        n >= 2 * agentledger::limits::MAX_OPS_PER_BODY,
+        "{forbidden}"
+    );
+}
+
+#[test]
+fn one_caller_follows_at_most_its_share_of_the_event_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server::start(
+        &dir.path().join("data"),
+        None,
+        &["--max-streams", "3", "--max-streams-per-caller", "2"],
+    );
+    let url = &s.url;
+    let greedy = issue(url, "consumer", &[]);
+    let other = issue(url, "consumer", &["acme"]);
+    let follow = |token: &str, scope: &str| {
+        server::client()
+            .get(format!("{url}/v1/events{scope}"))
+            .bearer_auth(token)
+            .send()
+            .unwrap()
+    };
+    let held: Vec<_> = (0..2).map(|_| follow(&greedy, "")).collect();
+    assert!(held.iter().all(|r| r.status() == 200));
+    let third = follow(&greedy, "");
+    assert_eq!(third.status(), 503);
+    assert_eq!(third.headers()["retry-after"], "1");
+    let said = third.text().unwrap();
+    assert!(said.contains("--max-streams-per-caller"), "{said}");
+    // Another tenant still gets its stream; then the server is full.
+    let theirs = follow(&other, "?scope=acme");
+    assert_eq!(theirs.status(), 200);
+    let full = follow(&other, "?scope=acme");
+    assert_eq!(full.status(), 503);
+    assert!(full.text().unwrap().contains("follows 3 event streams"));
+    // A share given back is taken again.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let again = follow(&greedy, "");
+        if again.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the share never came back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_share_larger_than_the_whole_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flags, said) in [
+        (
+            ["--max-in-flight", "4", "--max-in-flight-per-caller", "5"],
+            "--max-in-flight-per-caller 5 is not within 1 to --max-in-flight 4",
+        ),
+        (
+            ["--max-streams", "4", "--max-streams-per-caller", "0"],
+            "--max-streams-per-caller 0 is not within 1 to --max-streams 4",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentledger"))
+            .args(["--data", &dir.path().join("d").display().to_string()])
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(flags)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(said), "{err}");
+    }
 }

@@ -508,6 +508,12 @@ pub enum Command {
         /// Requests answered at once; more get 503 with Retry-After.
         #[arg(long, default_value_t = 256)]
         max_in_flight: usize,
+        /// Requests one caller (a token, or a JWT's or client
+        /// certificate's principal) may have answered at once, so that one
+        /// tenant leaves room for the others; more get 503 with
+        /// Retry-After. Default: half of --max-in-flight.
+        #[arg(long)]
+        max_in_flight_per_caller: Option<usize>,
         /// Largest request body and WebSocket message, in bytes.
         #[arg(long, default_value_t = MAX_LINE_BYTES)]
         max_body_bytes: usize,
@@ -520,6 +526,10 @@ pub enum Command {
         /// more get 503.
         #[arg(long, default_value_t = agentledger::limits::MAX_STREAMS)]
         max_streams: usize,
+        /// Event streams one caller may follow at once. Default: half of
+        /// --max-streams.
+        #[arg(long)]
+        max_streams_per_caller: Option<usize>,
         /// Serve HTTPS (rustls): the certificate chain, PEM, leaf first.
         #[arg(long, requires = "tls_key", requires = "listen")]
         tls_cert: Option<PathBuf>,
@@ -1016,6 +1026,20 @@ fn run_command(cli: Cli) -> Result<i32> {
             "--body-budget-bytes {body_budget_bytes} is less than --max-body-bytes {max_body_bytes}: one body could never be read"
         ),
         Command::Serve {
+            max_in_flight,
+            max_in_flight_per_caller: Some(per),
+            ..
+        } if per > max_in_flight || *per == 0 => anyhow::bail!(
+            "--max-in-flight-per-caller {per} is not within 1 to --max-in-flight {max_in_flight}"
+        ),
+        Command::Serve {
+            max_streams,
+            max_streams_per_caller: Some(per),
+            ..
+        } if per > max_streams || *per == 0 => anyhow::bail!(
+            "--max-streams-per-caller {per} is not within 1 to --max-streams {max_streams}"
+        ),
+        Command::Serve {
             group,
             poll_ms,
             gc_interval_secs,
@@ -1026,9 +1050,11 @@ fn run_command(cli: Cli) -> Result<i32> {
             listen,
             request_timeout_ms,
             max_in_flight,
+            max_in_flight_per_caller,
             max_body_bytes,
             body_budget_bytes,
             max_streams,
+            max_streams_per_caller,
             tls_cert,
             tls_key,
             client_ca,
@@ -1052,7 +1078,11 @@ fn run_command(cli: Cli) -> Result<i32> {
                     max_body: *max_body_bytes,
                     timeout: std::time::Duration::from_millis(*request_timeout_ms),
                     max_in_flight: *max_in_flight,
+                    max_in_flight_per_caller: max_in_flight_per_caller
+                        .unwrap_or(max_in_flight.div_ceil(2)),
                     max_streams: *max_streams,
+                    max_streams_per_caller: max_streams_per_caller
+                        .unwrap_or(max_streams.div_ceil(2)),
                     body_budget: *body_budget_bytes,
                     tls: tls_cert.clone().zip(tls_key.clone()).map(|(cert, key)| {
                         agentledger::server::TlsFiles {

@@ -6,6 +6,7 @@
 
 use super::events::{self, Cursor, Filter};
 use super::ledger::{grant_of, Caller, Gone, LedgerHandle, Line};
+use super::shares::{Full, Shares, Slot};
 use super::tls::ClientIdentity;
 use super::ws_upgrade::{self, Stalled};
 use crate::apply::parse_line;
@@ -42,9 +43,13 @@ pub struct HttpOptions {
     /// Requests answered at once; past it `503 overloaded` with
     /// `Retry-After`.
     pub max_in_flight: usize,
+    /// Of those, what one caller may have answered at once.
+    pub max_in_flight_per_caller: usize,
     /// Event streams (SSE, subscribed sockets) followed at once; past it
     /// `503 overloaded`.
     pub max_streams: usize,
+    /// Of those, what one caller may follow at once.
+    pub max_streams_per_caller: usize,
     /// Serve HTTPS with this certificate and key.
     pub tls: Option<super::TlsFiles>,
     /// Accept JWTs from this identity provider besides the ledger's own
@@ -65,7 +70,9 @@ impl Default for HttpOptions {
             max_body: crate::limits::MAX_LINE_BYTES,
             timeout: Duration::from_secs(30),
             max_in_flight: 256,
+            max_in_flight_per_caller: 128,
             max_streams: crate::limits::MAX_STREAMS,
+            max_streams_per_caller: crate::limits::MAX_STREAMS / 2,
             body_budget: crate::limits::BODY_BUDGET_BYTES,
             tls: None,
             jwt: None,
@@ -81,7 +88,8 @@ pub struct AppState {
     /// operator (it is written into the data dir, readable only by the
     /// data dir's owner).
     session: [u8; 32],
-    slots: Arc<Semaphore>,
+    /// Requests being answered (`--max-in-flight`), shared by caller.
+    slots: Shares,
     /// One permit a byte of `body_budget`: held by each body being read.
     pub(super) bodies: Arc<Semaphore>,
     /// Ledger tokens the ledger thread vouched for lately: a body is read
@@ -91,8 +99,8 @@ pub struct AppState {
     pub(super) opts: Arc<HttpOptions>,
     /// Set when the server shuts down: streams end, sockets close.
     stopping: Arc<AtomicBool>,
-    /// Event streams followed at once.
-    streams: Arc<Semaphore>,
+    /// Event streams followed at once, shared by caller.
+    streams: Shares,
 }
 
 impl AppState {
@@ -108,8 +116,8 @@ impl AppState {
         AppState {
             ledger,
             session: tokens::hash(session_token),
-            slots: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
-            streams: Arc::new(Semaphore::new(opts.max_streams.max(1))),
+            slots: Shares::new(opts.max_in_flight, opts.max_in_flight_per_caller),
+            streams: Shares::new(opts.max_streams, opts.max_streams_per_caller),
             bodies: Arc::new(Semaphore::new(opts.body_budget.max(opts.max_body))),
             vouched: Arc::default(),
             opts: Arc::new(opts),
@@ -416,9 +424,10 @@ async fn permit(s: &AppState, caller: Caller, what: Permit) -> Result<(), Failur
 
 /// `caller` and `permit` in one: the response to send instead when the
 /// request may not go on.
-async fn admitted(s: &AppState, headers: &Asked, what: Permit) -> Result<(), Response> {
+async fn admitted(s: &AppState, headers: &Asked, what: Permit) -> Result<Caller, Response> {
     let c = caller(s, headers).map_err(failure_response)?;
-    permit(s, c, what).await.map_err(failure_response)
+    permit(s, c.clone(), what).await.map_err(failure_response)?;
+    Ok(c)
 }
 
 fn with_status(status: StatusCode, f: Failure) -> Response {
@@ -427,11 +436,22 @@ fn with_status(status: StatusCode, f: Failure) -> Response {
     r
 }
 
-fn overloaded(max: usize) -> Response {
-    failure_response(Failure::new(
-        Code::Overloaded,
-        format!("the server is answering {max} requests already; retry shortly"),
-    ))
+/// A slot for answering one request of `caller`, or the 503 that says
+/// which bound it met.
+fn request_slot(s: &AppState, caller: &Caller) -> Result<Slot, Failure> {
+    s.slots.take(caller.share().as_deref()).map_err(|full| {
+        Failure::new(
+            Code::Overloaded,
+            match full {
+                Full::All(max) => {
+                    format!("the server is answering {max} requests already; retry shortly")
+                }
+                Full::Share(per) => format!(
+                    "this caller has {per} requests being answered already (--max-in-flight-per-caller); retry shortly"
+                ),
+            },
+        )
+    })
 }
 
 fn gone() -> Response {
@@ -527,8 +547,9 @@ async fn ops_inner(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let Ok(_slot) = s.slots.clone().try_acquire_owned() else {
-        return overloaded(s.opts.max_in_flight);
+    let _slot = match request_slot(s, &caller) {
+        Ok(slot) => slot,
+        Err(f) => return failure_response(f),
     };
     let body = match body {
         Ok(b) => b,
@@ -734,9 +755,7 @@ pub(super) async fn read_job_about<T: Send + 'static>(
     subject: impl FnOnce(&crate::engine::Engine) -> Result<Subject, Failure> + Send + 'static,
     f: impl FnOnce(&mut crate::engine::Engine) -> Result<T, Failure> + Send + 'static,
 ) -> Result<T, Response> {
-    let Ok(_slot) = s.slots.clone().try_acquire_owned() else {
-        return Err(overloaded(s.opts.max_in_flight));
-    };
+    let _slot = request_slot(s, &caller).map_err(failure_response)?;
     let call = s.ledger.call(move |engine| -> Result<T, Failure> {
         let grant = grant_of(engine, &caller)?;
         let subject = subject(engine)?;
@@ -938,16 +957,20 @@ async fn verify(
     headers: Asked,
     QueryParams(p): QueryParams<VerifyParams>,
 ) -> Response {
-    if let Err(r) = admitted(&s, &headers, Permit::Read).await {
-        s.ledger.metrics.http("/v1/verify", r.status().as_u16());
-        return r;
-    }
+    let who = match admitted(&s, &headers, Permit::Read).await {
+        Ok(c) => c,
+        Err(r) => {
+            s.ledger.metrics.http("/v1/verify", r.status().as_u16());
+            return r;
+        }
+    };
     let trust = match trust_of(&p) {
         Ok(t) => t,
         Err(f) => return failure_response(f),
     };
-    let Ok(_slot) = s.slots.clone().try_acquire_owned() else {
-        return overloaded(s.opts.max_in_flight);
+    let _slot = match request_slot(&s, &who) {
+        Ok(slot) => slot,
+        Err(f) => return failure_response(f),
     };
     let json = p.format.as_deref() != Some("text");
     let p_published = p.published;
@@ -1149,19 +1172,27 @@ fn follow(
 
 /// One of the `--max-streams` slots, shared by every stream one holder
 /// follows in turn (a socket that subscribes again keeps its slot).
-type StreamSlot = Arc<tokio::sync::OwnedSemaphorePermit>;
+type StreamSlot = Arc<Slot>;
 
-fn stream_slot(s: &AppState) -> Option<StreamSlot> {
-    s.streams.clone().try_acquire_owned().ok().map(Arc::new)
+fn stream_slot(s: &AppState, caller: &Caller) -> Result<StreamSlot, Failure> {
+    s.streams
+        .take(caller.share().as_deref())
+        .map(Arc::new)
+        .map_err(too_many_streams)
 }
 
 /// How often a followed stream's credential is checked again.
 const STREAM_RECHECK: Duration = Duration::from_secs(2);
 
-fn too_many_streams(max: usize) -> Failure {
+fn too_many_streams(full: Full) -> Failure {
     Failure::new(
         Code::Overloaded,
-        format!("the server follows {max} event streams already; retry shortly"),
+        match full {
+            Full::All(max) => format!("the server follows {max} event streams already; retry shortly"),
+            Full::Share(per) => format!(
+                "this caller follows {per} event streams already (--max-streams-per-caller); retry shortly"
+            ),
+        },
     )
 }
 
@@ -1211,8 +1242,9 @@ async fn sse_events(
         event: p.event,
     };
     s.ledger.metrics.http("/v1/events", 200);
-    let Some(slot) = stream_slot(&s) else {
-        return failure_response(too_many_streams(s.opts.max_streams));
+    let slot = match stream_slot(&s, &who) {
+        Ok(slot) => slot,
+        Err(f) => return failure_response(f),
     };
     let rx = follow(&s, slot, who, cursor, filter);
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -1442,18 +1474,20 @@ async fn ws_session(
                         let from = cursor.id();
                         // The socket's slot, taken at its first subscribe
                         // and kept for the ones after.
-                        if socket_slot.is_none() {
-                            socket_slot = stream_slot(&s);
-                        }
-                        let Some(slot) = socket_slot.clone() else {
-                            if tx
-                                .send(text(&Reply::Failed(too_many_streams(s.opts.max_streams))))
-                                .await
-                                .is_err()
-                            {
-                                break;
-                            }
-                            continue;
+                        let slot = match socket_slot.clone() {
+                            Some(slot) => slot,
+                            None => match stream_slot(&s, &caller) {
+                                Ok(slot) => {
+                                    socket_slot = Some(slot.clone());
+                                    slot
+                                }
+                                Err(f) => {
+                                    if tx.send(text(&Reply::Failed(f))).await.is_err() {
+                                        break;
+                                    }
+                                    continue;
+                                }
+                            },
                         };
                         let mut events = follow(&s, slot, caller.clone(), cursor, sub.filter);
                         let ack = serde_json::json!({"ok": true, "subscribed": true, "from": from});

@@ -61,6 +61,18 @@ pub enum Caller {
     Granted(Arc<Grant>, Option<u64>),
 }
 
+impl Caller {
+    /// Whose share of the server's slots a request of this caller takes
+    /// (see `shares`): the operator's session has none of its own.
+    pub fn share(&self) -> Option<String> {
+        match self {
+            Caller::Operator => None,
+            Caller::Token(sha) => Some(format!("token:{}", hex::encode(&sha[..16]))),
+            Caller::Granted(grant, _) => Some(grant.principal.to_string()),
+        }
+    }
+}
+
 /// The grant `caller` has: `unauthenticated` for a token unknown, revoked
 /// or expired.
 pub fn grant_of(engine: &mut Engine, caller: &Caller) -> Result<Grant, Failure> {

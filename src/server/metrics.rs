@@ -242,7 +242,9 @@ impl Metrics {
             .swap(syncs, std::sync::atomic::Ordering::Relaxed);
         self.log_syncs.inc_by(syncs.saturating_sub(seen));
         for (principal, n) in engine.refusals_unrecorded() {
-            let c = self.unrecorded.get_or_create(&vec![("principal", principal)]);
+            let c = self
+                .unrecorded
+                .get_or_create(&vec![("principal", principal)]);
             c.inc_by(n.saturating_sub(c.get()));
         }
         if let Some(r) = engine.rebuild_status() {

@@ -13,6 +13,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod otlp;
 pub mod pages;
+mod shares;
 pub mod tlog;
 pub mod tls;
 pub mod ws_frames;
