@@ -110,18 +110,21 @@ fn headers_that_never_finish_neither_hold_a_connection_nor_keep_sigterm_waiting(
     drop(slow);
 }
 
-#[test]
-fn past_the_connection_cap_clients_are_told_so_and_the_store_keeps_its_descriptors() {
-    let d = tempfile::tempdir().unwrap();
-    let stderr = d.path().join("serve.err");
-    // 100 descriptors: the cap leaves 64 of them to the ledger.
-    let mut child = Command::new("sh")
+/// `serve` with 100 descriptors (the cap leaves 64 of them to the
+/// ledger) and `extra` flags: the child and the URL it listens on.
+fn serve_with_100_descriptors(
+    data: &std::path::Path,
+    extra: &[&str],
+) -> (std::process::Child, String) {
+    let stderr = data.with_extension("serve.err");
+    let child = Command::new("sh")
         .arg("-c")
         .arg("ulimit -n 100 && exec \"$0\" \"$@\"")
         .arg(env!("CARGO_BIN_EXE_agentledger"))
         .args(["--data"])
-        .arg(d.path())
+        .arg(data)
         .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()
@@ -138,7 +141,16 @@ fn past_the_connection_cap_clients_are_told_so_and_the_store_keeps_its_descripto
         assert!(Instant::now() < deadline, "serve did not listen: {text}");
         std::thread::sleep(Duration::from_millis(50));
     };
-    let token = std::fs::read_to_string(d.path().join("serve.token")).unwrap();
+    (child, url)
+}
+
+#[test]
+fn past_the_connection_cap_clients_are_told_so_and_the_store_keeps_its_descriptors() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let stderr = data.with_extension("serve.err");
+    let (mut child, url) = serve_with_100_descriptors(&data, &[]);
+    let token = std::fs::read_to_string(data.join("serve.token")).unwrap();
     let addr = host_port(&url);
     let post = |s: &mut TcpStream, body: &str| -> String {
         let req = format!(
@@ -440,4 +452,70 @@ fn unfinished_websocket_messages_share_the_body_budget() {
             other => panic!("{other}"),
         }
     }
+}
+
+/// The HTTPS listener goes through the same intake: past the cap a TLS
+/// client is told 503 `overloaded` over TLS (it used to fail to connect
+/// once the descriptors ran out), and a client already connected carries on.
+#[test]
+fn over_tls_too_past_the_connection_cap_clients_are_told_so() {
+    let d = tempfile::tempdir().unwrap();
+    let ca = common::tls::TestCa::new();
+    let (cert, key) = ca.server(d.path(), "server");
+    let data = d.path().join("data");
+    let (mut child, url) = serve_with_100_descriptors(
+        &data,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert!(url.starts_with("https://"), "{url}");
+    let token = std::fs::read_to_string(data.join("serve.token")).unwrap();
+    let client = reqwest::blocking::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
+        .timeout(Duration::from_secs(20))
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let publish = |agent: &str| {
+        client
+            .post(format!("{url}/v1/ops"))
+            .bearer_auth(token.trim())
+            .header("content-type", "application/json")
+            .body(json!({"op":"publish_agent","agent":agent,"scope":"acme/p"}).to_string())
+            .send()
+    };
+    // Connected before the crowd (and kept alive in the client's pool).
+    assert_eq!(publish("dev").unwrap().status(), 200);
+    let addr = url.trim_start_matches("https://").to_string();
+    let crowd: Vec<TcpStream> = (0..60)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let fresh = reqwest::blocking::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let r = fresh
+        .get(format!("{url}/healthz"))
+        .send()
+        .expect("a TLS client past the cap is answered, not cut off");
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let said = r.text().unwrap();
+    assert!(
+        said.contains("overloaded") && said.contains("connections open already"),
+        "{said}"
+    );
+    // The kept connection still gets its work done.
+    assert_eq!(publish("dev2").unwrap().status(), 200);
+    drop(crowd);
+    let text = std::fs::read_to_string(data.with_extension("serve.err")).unwrap_or_default();
+    assert!(!text.contains("Too many open files"), "{text}");
+    let _ = child.kill();
+    let _ = child.wait();
 }

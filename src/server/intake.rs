@@ -9,6 +9,7 @@
 //! [`SHUTDOWN_GRACE`] to finish before the server stops regardless.
 
 use super::http::{failure_response, vouch, AppState, Asked};
+use super::tls::ClientIdentity;
 use crate::codes::Code;
 use crate::protocol::answer::Failure;
 use axum::body::Body;
@@ -17,11 +18,13 @@ use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 /// Longest wait for a request's headers, on a new connection or between
@@ -205,15 +208,26 @@ fn too_long(declared: Option<u64>, max: usize) -> Response {
     ))
 }
 
-/// Serve `app` on `listener` over HTTP/1.1 until `stop` resolves, within
-/// the bounds above.
+/// Connections past the cap being told so at once; past these, a
+/// connection is closed unanswered (telling costs a task, and over TLS a
+/// handshake).
+const REFUSING_AT_ONCE: usize = 64;
+
+/// Serve `app` on `listener` until `stop` resolves, within the bounds
+/// above: HTTP/1.1, or with `tls` HTTPS (HTTP/1.1 and HTTP/2 by ALPN, the
+/// handshake held to [`HEADER_TIMEOUT`], a client certificate's principal
+/// given to every request of its connection). Both go through the same
+/// connection cap.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     stop: impl Future<Output = ()>,
     max_conns: usize,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(max_conns));
+    let refusing = Arc::new(Semaphore::new(REFUSING_AT_ONCE));
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     let (stopping_tx, stopping_rx) = watch::channel(false);
     let mut stop = std::pin::pin!(stop);
     loop {
@@ -232,29 +246,31 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tokio::spawn(refuse_busy(stream, max_conns));
+            if let Ok(telling) = refusing.clone().try_acquire_owned() {
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let _telling = telling;
+                    let told = refuse_busy(stream, max_conns, tls);
+                    let _ = tokio::time::timeout(Duration::from_secs(2), told).await;
+                });
+            }
             continue;
         };
         let app = app.clone();
-        let mut stopping = stopping_rx.clone();
+        let tls = tls.clone();
+        let stopping = stopping_rx.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            let svc =
-                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let mut app = app.clone();
-                    tower_service::Service::call(&mut app, req.map(Body::new))
-                });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                .with_upgrades();
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                () = until_true(&mut stopping) => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+            match tls {
+                None => serve_http1(stream, app, stopping).await,
+                Some(acceptor) => {
+                    let handshake = acceptor.accept(stream);
+                    let Ok(Ok(stream)) = tokio::time::timeout(HEADER_TIMEOUT, handshake).await
+                    else {
+                        return;
+                    };
+                    let identity = super::tls::client_identity(stream.get_ref().1);
+                    serve_tls(stream, app, identity, stopping).await
                 }
             }
         });
@@ -271,6 +287,65 @@ pub async fn serve(
     Ok(())
 }
 
+/// `app` as a hyper service, each request carrying `identity` (the
+/// client certificate's principal, over TLS).
+fn service(
+    app: Router,
+    identity: Option<ClientIdentity>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<Response, std::convert::Infallible>> + Send,
+> + Clone {
+    hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let mut app = app.clone();
+        let mut req = req.map(Body::new);
+        if identity.is_some() {
+            req.extensions_mut().insert(identity.clone());
+        }
+        tower_service::Service::call(&mut app, req)
+    })
+}
+
+async fn serve_http1(stream: TcpStream, app: Router, mut stopping: watch::Receiver<bool>) {
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service(app, None))
+        .with_upgrades();
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        () = until_true(&mut stopping) => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}
+
+async fn serve_tls(
+    stream: tokio_rustls::server::TlsStream<TcpStream>,
+    app: Router,
+    identity: Option<ClientIdentity>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service(app, identity));
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        () = until_true(&mut stopping) => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}
+
 async fn until_true(rx: &mut watch::Receiver<bool>) {
     while !*rx.borrow_and_update() {
         if rx.changed().await.is_err() {
@@ -280,21 +355,36 @@ async fn until_true(rx: &mut watch::Receiver<bool>) {
 }
 
 /// The connection past the cap: told so and closed, rather than left to
-/// wait unanswered in the listen queue.
-async fn refuse_busy(mut stream: tokio::net::TcpStream, max: usize) {
-    let body = serde_json::to_string(&Failure::new(
+/// wait unanswered in the listen queue (over TLS, after the handshake, in
+/// whichever HTTP version the client chose).
+async fn refuse_busy(mut stream: TcpStream, max: usize, tls: Option<tokio_rustls::TlsAcceptor>) {
+    let failure = Failure::new(
         Code::Overloaded,
         format!("the server has {max} connections open already; retry shortly"),
-    ))
-    .expect("failures serialise");
-    let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
-        body.len()
     );
-    let write = async {
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(body.as_bytes()).await?;
-        stream.shutdown().await
+    let Some(acceptor) = tls else {
+        let body = serde_json::to_string(&failure).expect("failures serialise");
+        let head = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        let _ = stream.write_all(head.as_bytes()).await;
+        let _ = stream.write_all(body.as_bytes()).await;
+        let _ = stream.shutdown().await;
+        return;
     };
-    let _ = tokio::time::timeout(Duration::from_secs(2), write).await;
+    let Ok(stream) = acceptor.accept(stream).await else {
+        return;
+    };
+    let refuse = hyper::service::service_fn(move |_req: hyper::Request<hyper::body::Incoming>| {
+        let mut r = failure_response(failure.clone());
+        r.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+        std::future::ready(Ok::<_, std::convert::Infallible>(r))
+    });
+    let _ = auto::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(stream), refuse)
+        .await;
 }

@@ -145,36 +145,9 @@ fn listen_until(
                 stopping.store(true, Ordering::SeqCst);
             }
         };
-        let served = match tls {
-            None => intake::serve(listener, app, signal, intake::max_connections())
-                .await
-                .map_err(|e| LedgerError::io("serving HTTP", e)),
-            Some(config) => {
-                let listener = listener
-                    .into_std()
-                    .map_err(|e| LedgerError::io("taking the listener", e))?;
-                let handle = axum_server::Handle::new();
-                let stop = handle.clone();
-                tokio::spawn(async move {
-                    signal.await;
-                    // Requests in flight are answered; streams end on
-                    // `stopping` by themselves.
-                    stop.graceful_shutdown(Some(intake::SHUTDOWN_GRACE));
-                });
-                let mut server = axum_server::from_tcp(listener)
-                    .acceptor(tls::IdentifyingAcceptor::new(config))
-                    .handle(handle);
-                server
-                    .http_builder()
-                    .http1()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(intake::HEADER_TIMEOUT);
-                server
-                    .serve(app.into_make_service())
-                    .await
-                    .map_err(|e| LedgerError::io("serving HTTPS", e))
-            }
-        };
+        let served = intake::serve(listener, app, signal, intake::max_connections(), tls)
+            .await
+            .map_err(|e| LedgerError::io("serving HTTP", e));
         let _ = std::fs::remove_file(&file);
         served
     });

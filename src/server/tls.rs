@@ -3,22 +3,18 @@
 //! key that cannot be used is a clear error before anything listens.
 //!
 //! With `--client-ca`, clients may show a certificate signed by that CA
-//! (mTLS); the acceptor reads the principal it names once per connection
-//! and hands it to every request of the connection as a [`ClientIdentity`].
+//! (mTLS); the principal it names is read once per connection after the
+//! handshake (`intake::serve`) and handed to every request of the
+//! connection as a [`ClientIdentity`].
 //! A client without a certificate still connects and shows a bearer token.
 
 use crate::auth::client_cert::{grant_of_certificate, lapse_of_certificate};
 use crate::auth::{Grant, Unauthenticated};
-use axum_server::accept::Accept;
-use axum_server::tls_rustls::RustlsAcceptor;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
-use tower_layer::Layer;
 
 /// The PEM files the listener serves TLS with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,50 +111,13 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsE
 #[derive(Debug, Clone)]
 pub struct ClientIdentity(pub Result<(Arc<Grant>, Option<u64>), Unauthenticated>);
 
-/// The rustls acceptor, then the client certificate's principal put into
-/// every request of the connection.
-#[derive(Clone)]
-pub struct IdentifyingAcceptor {
-    inner: RustlsAcceptor,
-}
-
-impl IdentifyingAcceptor {
-    pub fn new(config: Arc<rustls::ServerConfig>) -> Self {
-        IdentifyingAcceptor {
-            inner: RustlsAcceptor::new(axum_server::tls_rustls::RustlsConfig::from_config(config)),
-        }
-    }
-}
-
-type Accepted<I, S> = std::io::Result<(
-    tokio_rustls::server::TlsStream<I>,
-    axum::middleware::AddExtension<S, Option<ClientIdentity>>,
-)>;
-
-impl<I, S> Accept<I, S> for IdentifyingAcceptor
-where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    S: Send + 'static,
-{
-    type Stream = tokio_rustls::server::TlsStream<I>;
-    type Service = axum::middleware::AddExtension<S, Option<ClientIdentity>>;
-    type Future = Pin<Box<dyn Future<Output = Accepted<I, S>> + Send>>;
-
-    fn accept(&self, stream: I, service: S) -> Self::Future {
-        let handshake = self.inner.accept(stream, service);
-        Box::pin(async move {
-            let (stream, service) = handshake.await?;
-            // The verifier already checked the chain and its validity.
-            let identity = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|chain| chain.first())
-                .map(|leaf| {
-                    let lapses = lapse_of_certificate(leaf);
-                    ClientIdentity(grant_of_certificate(leaf).map(|g| (Arc::new(g), lapses)))
-                });
-            Ok((stream, axum::Extension(identity).layer(service)))
+/// The principal a connection's client certificate names, if it showed
+/// one (the verifier already checked the chain and its validity).
+pub fn client_identity(conn: &rustls::ServerConnection) -> Option<ClientIdentity> {
+    conn.peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|leaf| {
+            let lapses = lapse_of_certificate(leaf);
+            ClientIdentity(grant_of_certificate(leaf).map(|g| (Arc::new(g), lapses)))
         })
-    }
 }
