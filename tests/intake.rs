@@ -519,3 +519,133 @@ fn over_tls_too_past_the_connection_cap_clients_are_told_so() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A second `serve` on a data dir another one holds says so, and only
+/// so: it never claims to be serving.
+#[test]
+fn a_second_server_on_a_held_data_dir_fails_without_claiming_to_serve() {
+    let d = tempfile::tempdir().unwrap();
+    let _first = start(d.path(), None, &[]);
+    let out = Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .args(["--data"])
+        .arg(d.path())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("in use"), "{err}");
+    assert!(!err.contains("agentledger serving"), "{err}");
+    assert!(!err.contains("listening on"), "{err}");
+}
+
+/// On SIGTERM an open WebSocket — quiet or subscribed — is told 1001
+/// (going away) with a reason, and does not hold the exit for the whole
+/// shutdown timeout.
+#[test]
+fn sockets_are_told_the_server_is_going_away_and_do_not_hold_its_exit() {
+    use common::server::{ws_ask, ws_connect, ws_next};
+    let d = tempfile::tempdir().unwrap();
+    let mut s = start(d.path(), None, &["--shutdown-timeout", "30"]);
+    let token = SESSIONS.lock().unwrap()[&s.url].clone();
+    let mut quiet = ws_connect(&s.url, &token).unwrap();
+    let mut subscribed = ws_connect(&s.url, &token).unwrap();
+    let a = ws_ask(&mut subscribed, &json!({"op":"subscribe"}));
+    assert_eq!(a["subscribed"], json!(true), "{a}");
+    let t = Instant::now();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    for ws in [&mut quiet, &mut subscribed] {
+        match ws_next(ws) {
+            tungstenite::Message::Close(Some(f)) => {
+                assert_eq!(u16::from(f.code), 1001, "{f:?}");
+                assert!(f.reason.contains("shutting down"), "{f:?}");
+            }
+            other => panic!("not a close frame: {other:?}"),
+        }
+    }
+    loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            assert!(status.success(), "{status:?}");
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the sockets held the exit"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A WebSocket keeps the place of the connection it was upgraded from:
+/// sockets count under the connection cap (they used to leave it once
+/// upgraded, so any number could be held open).
+#[test]
+fn websockets_count_under_the_connection_cap() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let (mut child, url) = serve_with_100_descriptors(&data, &[]);
+    let token = std::fs::read_to_string(data.join("serve.token")).unwrap();
+    let mut open = Vec::new();
+    let mut refused = 0;
+    for _ in 0..60 {
+        match common::server::ws_connect(&url, token.trim()) {
+            Ok(ws) => open.push(ws),
+            Err(503) => refused += 1,
+            Err(other) => panic!("upgrade answered {other}"),
+        }
+    }
+    // 100 descriptors leave 36 connections.
+    assert_eq!(open.len(), 36, "{refused} refused");
+    assert_eq!(refused, 24);
+    // One closed makes room for one more.
+    drop(open.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while common::server::ws_connect(&url, token.trim()).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the closed socket's place never came back"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Too many header fields, or too many bytes of them, are refused 431
+/// with the answer object saying which limit (the parser used to answer
+/// an empty 431 itself); requests within the limits are served.
+#[test]
+fn too_many_headers_are_refused_with_the_answer_object() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(d.path(), None, &[]);
+    let addr = host_port(&s.url);
+    let many = |n: usize, value: &str| -> String {
+        let fields: String = (0..n)
+            .map(|i| format!("X-Field-{i}: {value}\r\n"))
+            .collect();
+        format!("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{fields}\r\n")
+    };
+    for (head, says) in [
+        (many(101, "v"), "header fields; the limit is 100"),
+        (many(3000, "v"), "header fields; the limit is 100"),
+        (many(2, &"v".repeat(40 * 1024)), "bytes; the limit is 65536"),
+    ] {
+        let (got, _) = send_and_read(&addr, &head, Duration::from_secs(10));
+        assert!(
+            got.starts_with("HTTP/1.1 431"),
+            "{}",
+            &got[..got.len().min(200)]
+        );
+        let body = got.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let v: serde_json::Value =
+            serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        assert_eq!(v["error"]["code"], "limit_exceeded", "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(says),
+            "{v}"
+        );
+    }
+    let (got, _) = send_and_read(&addr, &many(90, "v"), Duration::from_secs(10));
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+}

@@ -31,7 +31,7 @@ pub struct Served {
     pub url: String,
     pub session: String,
     shutdown: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<agentledger::server::Summary>,
+    thread: std::thread::JoinHandle<agentledger::server::Stopped>,
 }
 
 #[allow(dead_code)]
@@ -67,8 +67,12 @@ impl Served {
                     },
                     Some(("127.0.0.1:0".parse().unwrap(), http)),
                     &data,
-                    shutdown,
-                    move |url: &str| tx.send(url.to_string()).unwrap(),
+                    server::Signals {
+                        shutdown,
+                        shutdown_timeout: server::intake::SHUTDOWN_GRACE,
+                        on_ready: Box::new(|| {}),
+                        on_listening: Box::new(move |url: &str| tx.send(url.to_string()).unwrap()),
+                    },
                 )
                 .unwrap()
             })
@@ -90,7 +94,10 @@ impl Served {
     pub fn stop(self) -> agentledger::server::Summary {
         self.shutdown
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        self.thread.join().unwrap()
+        match self.thread.join().unwrap() {
+            agentledger::server::Stopped::Cleanly(summary) => summary,
+            late => panic!("the server did not stop in time: {late:?}"),
+        }
     }
 }
 

@@ -530,6 +530,12 @@ pub enum Command {
         /// --max-streams.
         #[arg(long)]
         max_streams_per_caller: Option<usize>,
+        /// Seconds from SIGTERM (or ctrl-c) to exit, at most, whatever
+        /// the log does: requests in flight are answered meanwhile; past
+        /// it the server exits with code 2 without waiting for the log
+        /// (Kafka brokers that are gone), losing nothing acknowledged.
+        #[arg(long, default_value = "5", value_parser = seconds)]
+        shutdown_timeout: std::time::Duration,
         /// Serve HTTPS (rustls): the certificate chain, PEM, leaf first.
         #[arg(long, requires = "tls_key", requires = "listen")]
         tls_cert: Option<PathBuf>,
@@ -625,6 +631,16 @@ pub fn run() -> i32 {
             2
         }
     }
+}
+
+/// A number of seconds (fractions allowed), as a duration.
+fn seconds(s: &str) -> Result<std::time::Duration, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .and_then(|n| std::time::Duration::try_from_secs_f64(n).ok())
+        .filter(|d| *d <= std::time::Duration::from_secs(3600))
+        .ok_or_else(|| format!("{s:?} is not a number of seconds from 0 to 3600"))
 }
 
 /// The error and its causes on one line, each said once: many errors print
@@ -1055,6 +1071,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             body_budget_bytes,
             max_streams,
             max_streams_per_caller,
+            shutdown_timeout,
             tls_cert,
             tls_key,
             client_ca,
@@ -1074,6 +1091,7 @@ fn run_command(cli: Cli) -> Result<i32> {
                 otlp_endpoint: otlp_endpoint.clone(),
                 dispatch: dispatch == "auto",
                 listen: *listen,
+                shutdown_timeout: *shutdown_timeout,
                 http: agentledger::server::HttpOptions {
                     max_body: *max_body_bytes,
                     timeout: std::time::Duration::from_millis(*request_timeout_ms),

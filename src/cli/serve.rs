@@ -32,6 +32,8 @@ pub struct ServeOptions {
     pub dispatch: bool,
     pub listen: Option<std::net::SocketAddr>,
     pub http: agentledger::server::HttpOptions,
+    /// From SIGTERM to exit, at most.
+    pub shutdown_timeout: Duration,
 }
 
 /// The engine `serve` opens, on its own thread.
@@ -78,21 +80,38 @@ pub fn serve(cli: &Cli, opts: &ServeOptions, shutdown: Arc<AtomicBool>) -> Resul
         Some(k) => format!("the ledger on Kafka at {k}"),
         None => format!("the ledger in {}", cli.data.display()),
     };
-    eprintln!("agentledger serving {where_}; stop with ctrl-c or SIGTERM");
-    let summary = agentledger::server::run(
+    let stopped = agentledger::server::run(
         opener(cli)?,
         loop_opts,
         opts.listen.map(|a| (a, opts.http.clone())),
         &cli.data,
-        shutdown,
-        |url| eprintln!("agentledger: listening on {url}"),
+        agentledger::server::Signals {
+            shutdown,
+            shutdown_timeout: opts.shutdown_timeout,
+            // Said once the data dir is ours (another server may hold it).
+            on_ready: Box::new(|| {
+                eprintln!("agentledger serving {where_}; stop with ctrl-c or SIGTERM")
+            }),
+            on_listening: Box::new(|url| eprintln!("agentledger: listening on {url}")),
+        },
     )
     .with_context(|| format!("serving {where_}"))?;
-    eprintln!(
-        "agentledger: stopped cleanly ({} finished runs dispatched, {} listeners opened, {} operations answered)",
-        summary.dispatched_runs, summary.opened, summary.ops
-    );
-    Ok(0)
+    match stopped {
+        agentledger::server::Stopped::Cleanly(summary) => {
+            eprintln!(
+                "agentledger: stopped cleanly ({} finished runs dispatched, {} listeners opened, {} operations answered)",
+                summary.dispatched_runs, summary.opened, summary.ops
+            );
+            Ok(0)
+        }
+        agentledger::server::Stopped::Late(waited) => {
+            eprintln!(
+                "agentledger: stopped without finishing: the ledger did not finish within --shutdown-timeout {} s (is its log reachable?); what was acknowledged is in the log, nothing else was",
+                waited.as_secs_f64()
+            );
+            Ok(2)
+        }
+    }
 }
 
 /// Follow the `published` topic, one JSON object per line on stdout.

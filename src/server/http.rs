@@ -173,6 +173,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             super::intake::bounded_body,
         ))
+        .layer(axum::middleware::from_fn(super::intake::header_limits))
         .with_state(state)
 }
 
@@ -1277,6 +1278,9 @@ async fn ws(State(s): State<AppState>, headers: Asked, req: axum::extract::Reque
             }
         };
     s.ledger.metrics.http("/v1/ws", 101);
+    // The upgraded socket outlives the HTTP connection it came on: it
+    // keeps that connection's place under the cap until it closes.
+    let place = parts.extensions.remove::<super::intake::ConnectionSlot>();
     // Read messages up to twice the limit, so one over it is answered
     // `line_too_long` and the socket goes on; past that it is closed 1009.
     let max = s.opts.max_body.saturating_mul(2);
@@ -1285,6 +1289,7 @@ async fn ws(State(s): State<AppState>, headers: Asked, req: axum::extract::Reque
         max,
     )));
     tokio::spawn(async move {
+        let _place = place;
         if let Some(socket) = ws_upgrade::open(on_upgrade, max, watch.clone()).await {
             ws_session(s, caller, socket, watch).await;
         }
@@ -1355,6 +1360,21 @@ fn stalled_close(stalled: Stalled, opts: &HttpOptions) -> Message {
     }))
 }
 
+/// The close frame of a socket the server ends as it stops: 1001.
+fn going_away() -> Message {
+    Message::Close(Some(CloseFrame {
+        code: CloseCode::Away,
+        reason: "the server is shutting down; connect again shortly".into(),
+    }))
+}
+
+/// Resolves once `flag` is set (looked at every 50 ms).
+async fn until_set(flag: &AtomicBool) {
+    while !flag.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// One socket: each text message one operation, each answer one message,
 /// in order; after a `subscribe`, published events arrive on it too, as
 /// `{"published": {…}, "id": "<cursor>"}`.
@@ -1388,6 +1408,10 @@ async fn ws_session(
                 Some(m) => m,
                 None => break,
             },
+            () = until_set(&s.stopping) => {
+                let _ = tx.send(going_away()).await;
+                break;
+            }
             _ = recheck.tick() => {
                 if let Err(f) = credential_holds(&s, &caller).await {
                     let _ = tx.send(lapsed_close(&f)).await;
@@ -1427,6 +1451,7 @@ async fn ws_session(
             }
         };
         if s.stopping.load(Ordering::SeqCst) {
+            let _ = tx.send(going_away()).await;
             break;
         }
         let bytes = match &msg {

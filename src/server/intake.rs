@@ -5,8 +5,9 @@
 //! [`HEADER_TIMEOUT`], a request body within the request timeout, a body
 //! declared over the limit is refused before it is read, connections are
 //! capped below the process's descriptor limit (the one past the cap is
-//! answered 503 at once), and on shutdown connections get
-//! [`SHUTDOWN_GRACE`] to finish before the server stops regardless.
+//! answered 503 at once), and on shutdown connections get the shutdown
+//! timeout ([`SHUTDOWN_GRACE`] unless told) to finish before the server
+//! stops regardless.
 
 use super::http::{failure_response, vouch, AppState, Asked};
 use super::tls::ClientIdentity;
@@ -25,13 +26,14 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 /// Longest wait for a request's headers, on a new connection or between
 /// requests on a kept-alive one.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long connections may take to finish once the server stops.
+/// How long the server may take to stop, connections finishing included,
+/// unless `--shutdown-timeout` says otherwise.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Descriptors kept free of connections: segments, views, the content
@@ -157,6 +159,46 @@ fn over_budget(budget: usize) -> Response {
     ))
 }
 
+/// Most header fields a request may carry.
+pub const MAX_HEADERS: usize = 100;
+
+/// Most bytes of header names and values a request may carry.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// What the HTTP parser takes before refusing a request on its own (with
+/// an empty 431 it writes itself): far past [`MAX_HEADERS`], so that a
+/// request over the limits reaches [`header_limits`] and is told why.
+/// Header blocks over the parser's buffer (about 400 KiB) still get the
+/// parser's bare 431.
+const PARSER_MAX_HEADERS: usize = 8192;
+
+/// A request with too many header fields, or too many bytes of them, is
+/// refused 431 with the answer object saying which limit it met.
+pub async fn header_limits(req: Request, next: Next) -> Response {
+    let h = req.headers();
+    let bytes: usize = h.iter().map(|(k, v)| k.as_str().len() + v.len()).sum();
+    let over = if h.len() > MAX_HEADERS {
+        Some(format!(
+            "the request has {} header fields; the limit is {MAX_HEADERS}",
+            h.len()
+        ))
+    } else if bytes > MAX_HEADER_BYTES {
+        Some(format!(
+            "the request's header fields hold {bytes} bytes; the limit is {MAX_HEADER_BYTES}"
+        ))
+    } else {
+        None
+    };
+    match over {
+        Some(why) => {
+            let mut r = failure_response(Failure::new(Code::LimitExceeded, why));
+            *r.status_mut() = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+            r
+        }
+        None => next.run(req).await,
+    }
+}
+
 /// Answers that are not the answer object (axum's own rejections of a
 /// path, a query or a method, and routes that do not exist) become one, so
 /// every error a client reads is `{"ok":false,"error":{"code","message"}}`.
@@ -224,6 +266,7 @@ pub async fn serve(
     stop: impl Future<Output = ()>,
     max_conns: usize,
     tls: Option<Arc<rustls::ServerConfig>>,
+    grace: Duration,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(max_conns));
     let refusing = Arc::new(Semaphore::new(REFUSING_AT_ONCE));
@@ -260,9 +303,9 @@ pub async fn serve(
         let tls = tls.clone();
         let stopping = stopping_rx.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let place = ConnectionSlot(Arc::new(slot));
             match tls {
-                None => serve_http1(stream, app, stopping).await,
+                None => serve_http1(stream, app, place, stopping).await,
                 Some(acceptor) => {
                     let handshake = acceptor.accept(stream);
                     let Ok(Ok(stream)) = tokio::time::timeout(HEADER_TIMEOUT, handshake).await
@@ -270,7 +313,7 @@ pub async fn serve(
                         return;
                     };
                     let identity = super::tls::client_identity(stream.get_ref().1);
-                    serve_tls(stream, app, identity, stopping).await
+                    serve_tls(stream, app, identity, place, stopping).await
                 }
             }
         });
@@ -278,20 +321,26 @@ pub async fn serve(
     let _ = stopping_tx.send(true);
     // Every slot back means every connection is done.
     let all = slots.acquire_many(max_conns as u32);
-    if tokio::time::timeout(SHUTDOWN_GRACE, all).await.is_err() {
+    if tokio::time::timeout(grace, all).await.is_err() {
         tracing::warn!(
-            "connections still open {} s after stopping; closing them",
-            SHUTDOWN_GRACE.as_secs()
+            "connections still open {} ms after stopping (--shutdown-timeout); closing them",
+            grace.as_millis()
         );
     }
     Ok(())
 }
 
-/// `app` as a hyper service, each request carrying `identity` (the
-/// client certificate's principal, over TLS).
+/// A connection's place under the cap, in each of its requests: a
+/// WebSocket upgraded from one holds it while the socket lives.
+#[derive(Clone)]
+pub struct ConnectionSlot(#[allow(dead_code)] Arc<OwnedSemaphorePermit>);
+
+/// `app` as a hyper service, each request carrying its connection's
+/// place and `identity` (the client certificate's principal, over TLS).
 fn service(
     app: Router,
     identity: Option<ClientIdentity>,
+    place: ConnectionSlot,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = Response,
@@ -301,6 +350,7 @@ fn service(
     hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let mut app = app.clone();
         let mut req = req.map(Body::new);
+        req.extensions_mut().insert(place.clone());
         if identity.is_some() {
             req.extensions_mut().insert(identity.clone());
         }
@@ -308,11 +358,17 @@ fn service(
     })
 }
 
-async fn serve_http1(stream: TcpStream, app: Router, mut stopping: watch::Receiver<bool>) {
+async fn serve_http1(
+    stream: TcpStream,
+    app: Router,
+    place: ConnectionSlot,
+    mut stopping: watch::Receiver<bool>,
+) {
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
-        .serve_connection(TokioIo::new(stream), service(app, None))
+        .max_headers(PARSER_MAX_HEADERS)
+        .serve_connection(TokioIo::new(stream), service(app, None, place))
         .with_upgrades();
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
@@ -328,14 +384,17 @@ async fn serve_tls(
     stream: tokio_rustls::server::TlsStream<TcpStream>,
     app: Router,
     identity: Option<ClientIdentity>,
+    place: ConnectionSlot,
     mut stopping: watch::Receiver<bool>,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT);
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service(app, identity));
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_headers(PARSER_MAX_HEADERS);
+    let conn =
+        builder.serve_connection_with_upgrades(TokioIo::new(stream), service(app, identity, place));
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => {}

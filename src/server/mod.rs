@@ -46,46 +46,120 @@ pub fn token_file(data: &Path) -> PathBuf {
     data.join("serve.token")
 }
 
+/// How a server stopped.
+#[derive(Debug)]
+pub enum Stopped {
+    /// Everything finished: the ledger thread flushed and left.
+    Cleanly(Summary),
+    /// The shutdown timeout passed with the ledger thread (or the span
+    /// exporter) still waiting, typically on Kafka brokers that are gone;
+    /// the caller exits without it. What was acknowledged is in the log
+    /// already: nothing is lost but the leaving itself.
+    Late(Duration),
+}
+
+/// The process is to stop: `on_ready` once the engine has opened (say
+/// what serves), `on_listening` with the bound address (port 0 picks
+/// one), and within `shutdown_timeout` of `shutdown` being set, the
+/// return.
+pub struct Signals<'a> {
+    pub shutdown: Arc<AtomicBool>,
+    pub shutdown_timeout: Duration,
+    pub on_ready: Box<dyn FnOnce() + 'a>,
+    pub on_listening: Box<dyn FnOnce(&str) + 'a>,
+}
+
 /// Run the serve loop until `shutdown` is set; with `listen`, answer the
-/// network too. `on_listening` is told the bound address (port 0 picks
-/// one). Graceful: the listener closes first, requests in flight are
-/// answered, then the engine is flushed.
+/// network too. Graceful: the listener closes first, requests in flight
+/// are answered, then the engine is flushed, all within the shutdown
+/// timeout; past it, [`Stopped::Late`] is returned without waiting more.
 pub fn run(
     open: impl FnOnce() -> Result<Engine, LedgerError> + Send + 'static,
     loop_opts: LoopOptions,
     listen: Option<(SocketAddr, HttpOptions)>,
     data: &Path,
-    shutdown: Arc<AtomicBool>,
-    on_listening: impl FnOnce(&str),
-) -> Result<Summary, LedgerError> {
+    signals: Signals<'_>,
+) -> Result<Stopped, LedgerError> {
+    let Signals {
+        shutdown,
+        shutdown_timeout,
+        on_ready,
+        on_listening,
+    } = signals;
     let metrics = Arc::new(metrics::Metrics::new());
     let stop_ledger = Arc::new(AtomicBool::new(false));
     let exporter = loop_opts.otlp.clone();
     let poll = loop_opts.poll;
     let (handle, thread) = ledger::start(open, loop_opts, metrics, stop_ledger.clone())?;
+    on_ready();
     let stop_otlp = Arc::new(AtomicBool::new(false));
     let otlp = exporter.map(|e| otlp::follow(handle.clone(), e, poll, stop_otlp.clone()));
+    let stop_at = Arc::new(std::sync::OnceLock::new());
     let served = match listen {
         None => {
             while !shutdown.load(Ordering::SeqCst) && !thread.is_finished() {
                 std::thread::sleep(Duration::from_millis(50));
             }
+            let _ = stop_at.set(std::time::Instant::now());
             drop(handle);
             Ok(())
         }
-        Some((addr, opts)) => listen_until(handle, addr, opts, data, shutdown, on_listening),
+        Some((addr, opts)) => listen_until(
+            handle,
+            addr,
+            opts,
+            data,
+            Until {
+                shutdown,
+                stop_at: stop_at.clone(),
+                // The ledger thread's flush comes after the connections:
+                // a part of the time is kept for it.
+                grace: shutdown_timeout - (shutdown_timeout / 4).min(Duration::from_secs(1)),
+            },
+            on_listening,
+        ),
     };
+    let deadline = *stop_at.get_or_init(std::time::Instant::now) + shutdown_timeout;
     // The exporter's last look needs the ledger thread: stop it first.
     stop_otlp.store(true, Ordering::SeqCst);
     if let Some(t) = otlp {
+        if !finished_by(&t, deadline) {
+            return Ok(Stopped::Late(shutdown_timeout));
+        }
         let _ = t.join();
     }
     stop_ledger.store(true, Ordering::SeqCst);
+    if !finished_by(&thread, deadline) {
+        tracing::warn!(
+            "the ledger thread did not finish within the shutdown timeout ({} ms); leaving without it",
+            shutdown_timeout.as_millis()
+        );
+        return Ok(Stopped::Late(shutdown_timeout));
+    }
     let summary = thread
         .join()
         .map_err(|_| LedgerError::Internal("the ledger thread panicked"))??;
     served?;
-    Ok(summary)
+    Ok(Stopped::Cleanly(summary))
+}
+
+/// Whether `thread` finishes before `deadline`.
+fn finished_by<T>(thread: &std::thread::JoinHandle<T>, deadline: std::time::Instant) -> bool {
+    while !thread.is_finished() {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+/// When the listener stops: `shutdown` set (its moment kept in
+/// `stop_at`), connections then given `grace` to finish.
+struct Until {
+    shutdown: Arc<AtomicBool>,
+    stop_at: Arc<std::sync::OnceLock<std::time::Instant>>,
+    grace: Duration,
 }
 
 fn listen_until(
@@ -93,9 +167,14 @@ fn listen_until(
     addr: SocketAddr,
     opts: HttpOptions,
     data: &Path,
-    shutdown: Arc<AtomicBool>,
+    until: Until,
     on_listening: impl FnOnce(&str),
 ) -> Result<(), LedgerError> {
+    let Until {
+        shutdown,
+        stop_at,
+        grace,
+    } = until;
     // A certificate that cannot be used is said before anything listens.
     let tls = match &opts.tls {
         Some(files) => Some(tls::server_config(files)?),
@@ -138,14 +217,16 @@ fn listen_until(
         let app = http::router(state);
         let signal = {
             let stopping = stopping.clone();
+            let stop_at = stop_at.clone();
             async move {
                 while !shutdown.load(Ordering::SeqCst) && !ledger_ended.load(Ordering::SeqCst) {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
+                let _ = stop_at.set(std::time::Instant::now());
                 stopping.store(true, Ordering::SeqCst);
             }
         };
-        let served = intake::serve(listener, app, signal, intake::max_connections(), tls)
+        let served = intake::serve(listener, app, signal, intake::max_connections(), tls, grace)
             .await
             .map_err(|e| LedgerError::io("serving HTTP", e));
         let _ = std::fs::remove_file(&file);
@@ -154,7 +235,10 @@ fn listen_until(
     let _ = std::fs::remove_file(&token_path);
     served?;
     // Streams and sockets still open end on their own (they watch
-    // `stopping`); do not wait for them.
-    runtime.shutdown_timeout(Duration::from_secs(1));
+    // `stopping`); do not wait for them past the shutdown timeout.
+    let left = stop_at.get().map_or(grace, |at| {
+        (*at + grace).saturating_duration_since(std::time::Instant::now())
+    });
+    runtime.shutdown_timeout(left.min(Duration::from_secs(1)));
     Ok(())
 }
