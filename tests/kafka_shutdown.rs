@@ -3,7 +3,8 @@
 //! librdkafka for half a minute and more. This test starts a 1-node
 //! cluster of its own (its own KAFKA_BASE: the shared ones must stay up
 //! for the other tests), stops the broker under a running server, sends
-//! SIGTERM and times the exit; then brings the broker back and finds what
+//! SIGTERM and times the exit (a request in flight is answered 503
+//! meanwhile); then brings the broker back and finds what
 //! was acknowledged before.
 
 mod common;
@@ -110,7 +111,26 @@ fn kafka_serve_exits_within_its_shutdown_timeout_when_the_brokers_are_gone() {
 
     kafka_sh(&cluster.base, &["stop"]);
     std::thread::sleep(Duration::from_secs(3));
+    // A request the ledger cannot answer now (it waits on the broker) is
+    // answered all the same once the server stops: 503 shutting_down.
+    let url = s.url.clone();
+    let client = server::http(&url);
+    let in_flight = std::thread::spawn(move || {
+        let r = client
+            .post(format!("{url}/v1/ops"))
+            .body(json!({"op":"publish_agent","agent":"late","scope":"acme/p"}).to_string())
+            .send()
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((r.status().as_u16(), r.text().unwrap_or_default()))
+    });
+    std::thread::sleep(Duration::from_millis(500));
     let (code, took) = terminate(&mut s, Duration::from_secs(20));
+    let (status, answer) = in_flight
+        .join()
+        .unwrap()
+        .expect("the request in flight is answered");
+    assert_eq!(status, 503, "{answer}");
+    assert!(answer.contains("shutting_down"), "{answer}");
     let said = std::fs::read_to_string(&s.stderr).unwrap_or_default();
     assert_eq!(code, Some(2), "{said}");
     assert!(

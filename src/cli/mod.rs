@@ -1102,6 +1102,8 @@ fn run_command(cli: Cli) -> Result<i32> {
                     max_streams_per_caller: max_streams_per_caller
                         .unwrap_or(max_streams.div_ceil(2)),
                     body_budget: *body_budget_bytes,
+                    // Set from --shutdown-timeout by the server.
+                    stop_answering_after: *shutdown_timeout,
                     tls: tls_cert.clone().zip(tls_key.clone()).map(|(cert, key)| {
                         agentledger::server::TlsFiles {
                             cert,

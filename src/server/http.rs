@@ -59,6 +59,10 @@ pub struct HttpOptions {
     /// assembled) may hold together; past it `503 overloaded`. At least
     /// `max_body`.
     pub body_budget: usize,
+    /// Once the server stops, how long a request may still wait for the
+    /// ledger's answer before it is answered 503 `shutting_down` (set
+    /// from `--shutdown-timeout`, within the time connections get).
+    pub stop_answering_after: Duration,
     /// Keep cosignatures only of these witnesses (each verified); none
     /// given: any well-formed line, within a bound per checkpoint.
     pub witnesses: Vec<crate::audit::note::VerifierKey>,
@@ -74,6 +78,7 @@ impl Default for HttpOptions {
             max_streams: crate::limits::MAX_STREAMS,
             max_streams_per_caller: crate::limits::MAX_STREAMS / 2,
             body_budget: crate::limits::BODY_BUDGET_BYTES,
+            stop_answering_after: Duration::from_secs(3),
             tls: None,
             jwt: None,
             witnesses: Vec::new(),
@@ -122,6 +127,26 @@ impl AppState {
             vouched: Arc::default(),
             opts: Arc::new(opts),
             stopping,
+        }
+    }
+}
+
+impl AppState {
+    /// `call` within the request timeout (else `Err`, answered `timeout`)
+    /// and, once the server stops, within the time kept for answers (else
+    /// `Gone`, answered 503 `shutting_down`): a ledger that cannot finish
+    /// (Kafka gone) does not leave requests to be cut off unanswered.
+    pub(super) async fn in_time<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, Gone>>,
+    ) -> Result<Result<T, Gone>, tokio::time::error::Elapsed> {
+        let cut = async {
+            until_set(&self.stopping).await;
+            tokio::time::sleep(self.opts.stop_answering_after).await;
+        };
+        tokio::select! {
+            r = tokio::time::timeout(self.opts.timeout, call) => r,
+            () = cut => Ok(Err(Gone)),
         }
     }
 }
@@ -313,7 +338,7 @@ async fn ask_grant(s: &AppState, caller: Caller) -> Result<Result<(), Failure>, 
     let call = s
         .ledger
         .call(move |engine| grant_of(engine, &caller).map(|_| ()));
-    match tokio::time::timeout(s.opts.timeout, call).await {
+    match s.in_time(call).await {
         Ok(Ok(granted)) => Ok(granted),
         Ok(Err(Gone)) => Err(Failure::new(Code::ShuttingDown, Gone.to_string())),
         Err(_) => Err(Failure::new(
@@ -416,7 +441,7 @@ async fn permit(s: &AppState, caller: Caller, what: Permit) -> Result<(), Failur
         authorize(&grant, action, &Facts::default())
             .map_err(|f| Failure::new(Code::Forbidden, f.to_string()))
     });
-    match tokio::time::timeout(s.opts.timeout, call).await {
+    match s.in_time(call).await {
         Ok(Ok(result)) => result,
         Ok(Err(Gone)) => Err(Failure::new(Code::ShuttingDown, Gone.to_string())),
         Err(_) => Err(timeout_failure(s.opts.timeout)),
@@ -582,7 +607,7 @@ async fn ops_inner(
             ),
         ));
     }
-    let replies = match tokio::time::timeout(s.opts.timeout, s.ledger.ops(caller, lines)).await {
+    let replies = match s.in_time(s.ledger.ops(caller, lines)).await {
         Ok(Ok(Ok(r))) => r,
         Ok(Ok(Err(f))) => return failure_response(f),
         Ok(Err(Gone)) => return gone(),
@@ -764,7 +789,7 @@ pub(super) async fn read_job_about<T: Send + 'static>(
             .map_err(|f| Failure::new(Code::Forbidden, f.to_string()))?;
         f(engine)
     });
-    match tokio::time::timeout(s.opts.timeout, call).await {
+    match s.in_time(call).await {
         Ok(Ok(Ok(t))) => Ok(t),
         Ok(Ok(Err(f))) => Err(failure_response(f)),
         Ok(Err(Gone)) => Err(gone()),
@@ -1046,7 +1071,7 @@ async fn rebuild_start(State(s): State<AppState>, headers: Asked) -> Response {
             .start_rebuild()
             .map_err(|e| Failure::new(e.code(), e.to_string()))
     });
-    let response = match tokio::time::timeout(s.opts.timeout, call).await {
+    let response = match s.in_time(call).await {
         Ok(Ok(Ok(status))) => axum::Json(serde_json::json!({ "rebuild": status })).into_response(),
         Ok(Ok(Err(f))) => failure_response(f),
         Ok(Err(Gone)) => gone(),
@@ -1536,23 +1561,17 @@ async fn ws_session(
                     }
                 },
             },
-            line => {
-                match tokio::time::timeout(s.opts.timeout, s.ledger.ops(caller.clone(), vec![line]))
-                    .await
-                {
-                    Ok(Ok(Ok(mut r))) => r.pop().unwrap_or_else(|| {
-                        Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string()))
-                    }),
-                    Ok(Ok(Err(f))) => Reply::Failed(f),
-                    Ok(Err(Gone)) => {
-                        Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string()))
-                    }
-                    Err(_) => Reply::Failed(Failure::new(
-                        Code::Timeout,
-                        format!("no answer within {} ms", s.opts.timeout.as_millis()),
-                    )),
-                }
-            }
+            line => match s.in_time(s.ledger.ops(caller.clone(), vec![line])).await {
+                Ok(Ok(Ok(mut r))) => r.pop().unwrap_or_else(|| {
+                    Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string()))
+                }),
+                Ok(Ok(Err(f))) => Reply::Failed(f),
+                Ok(Err(Gone)) => Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string())),
+                Err(_) => Reply::Failed(Failure::new(
+                    Code::Timeout,
+                    format!("no answer within {} ms", s.opts.timeout.as_millis()),
+                )),
+            },
         };
         if tx.send(text(&reply)).await.is_err() {
             break;

@@ -199,6 +199,9 @@ fn listen_until(
     let _ = std::fs::remove_file(&token_path);
     crate::private_files::write(&token_path, format!("{session}\n"))
         .map_err(|e| LedgerError::io(format!("writing {}", token_path.display()), e))?;
+    let mut opts = opts;
+    // Answers must be out before connections are closed.
+    opts.stop_answering_after = grace - (grace / 4).min(Duration::from_millis(500));
     let state = http::AppState::new(handle, opts, stopping.clone(), &session);
     let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(addr)
