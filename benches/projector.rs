@@ -4,7 +4,8 @@
 
 use agentledger::codec;
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
-use agentledger::log::{Log, Topic};
+use agentledger::log::Log;
+use agentledger::model::Topic;
 use agentledger::projector::project_all;
 use agentledger::synthetic::{chain_records, write_synthetic_log};
 use agentledger::views::Views;

@@ -14,7 +14,8 @@
 use agentledger::apply::apply_value;
 use agentledger::engine::{Engine, EngineOptions};
 use agentledger::log::kafka::{KafkaConfig, KafkaLog};
-use agentledger::log::{Log, Topic};
+use agentledger::log::Log;
+use agentledger::model::Topic;
 use agentledger::projector::project_all;
 
 // Only the median is used here.

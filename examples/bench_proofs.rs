@@ -14,7 +14,7 @@ use agentledger::audit::merkle::{
     Gathering, Hash, Wanted,
 };
 use agentledger::audit::tiles::TileStore;
-use agentledger::log::Topic;
+use agentledger::model::Topic;
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
 

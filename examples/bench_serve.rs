@@ -142,7 +142,9 @@ fn raw_kafka_pipelined(brokers: &str, topic_prefix: &str, n: usize) -> f64 {
         &format!("{topic_prefix}raw."),
     ))
     .expect("connect to Kafka");
-    let topic = log.topic_name(agentledger::log::Topic::Ledger).to_string();
+    let topic = log
+        .topic_name(agentledger::model::Topic::Ledger)
+        .to_string();
     let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
         rdkafka::config::ClientConfig::new()
             .set("bootstrap.servers", brokers)

@@ -188,3 +188,21 @@ mod tests {
         assert_eq!(Code::parse("nope"), None);
     }
 }
+
+/// A refusal: the request was understood but the ledger will not do it.
+/// The code is stable (scripts match on it); the message is for people.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Refusal {
+    pub code: Code,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}

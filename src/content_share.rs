@@ -26,7 +26,8 @@
 //! whose chunks compaction has replaced (the blob was published again)
 //! sends the reader back to scan the partition afresh.
 
-use crate::log::{Log, LogError, Topic};
+use crate::log::{Log, LogError};
+use crate::model::Topic;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -39,7 +40,7 @@ pub const CHUNK_BYTES: usize = 512 * 1024;
 
 /// The most chunks a manifest may name: the largest blob the content
 /// store accepts, in chunks.
-const MAX_CHUNKS: usize = crate::content_store::MAX_BLOB_BYTES.div_ceil(CHUNK_BYTES);
+const MAX_CHUNKS: usize = crate::limits::MAX_BLOB_BYTES.div_ceil(CHUNK_BYTES);
 
 /// Records read per fetch when scanning or reading chunks (bounds memory:
 /// at most this many chunks in hand at once).
@@ -314,7 +315,7 @@ impl SharedContent {
     /// the manifest says (replaced by a newer publication, or compacted).
     fn read_chunks(&self, hex: &str, located: &Located) -> Result<Option<Vec<u8>>, LogError> {
         let chunks = &located.manifest.chunks;
-        let limit = crate::content_store::MAX_BLOB_BYTES;
+        let limit = crate::limits::MAX_BLOB_BYTES;
         // No blob the store accepts is larger: a manifest saying otherwise
         // was not written by a ledger, and is never read into memory.
         let too_large = |size: u64| {
@@ -368,11 +369,11 @@ impl SharedContent {
     /// `live` is asked per digest after scanning every partition to its
     /// end; a blob published again meanwhile (found by scanning its
     /// partition once more right before the tombstones) is left alone.
-    pub fn sweep(
+    pub fn sweep<E: From<LogError>>(
         &self,
-        live: &mut dyn FnMut(&[u8; 32]) -> Result<bool, crate::views::ViewError>,
+        live: &mut dyn FnMut(&[u8; 32]) -> Result<bool, E>,
         grace: Duration,
-    ) -> Result<SharedSweep, crate::error::LedgerError> {
+    ) -> Result<SharedSweep, E> {
         let mut index = self.index();
         for p in 0..self.log.partitions(Topic::Blobs) {
             self.scan(&mut index, p)?;

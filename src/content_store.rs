@@ -26,8 +26,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-/// Largest blob the store accepts.
-pub const MAX_BLOB_BYTES: usize = 16 * 1024 * 1024;
+use crate::limits::MAX_BLOB_BYTES;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -247,11 +246,11 @@ impl ContentStore {
     /// instance sharing the directory may not have projected it yet).
     /// Leftovers of interrupted writes and of older stores (`*.expires`
     /// files: expiry no longer lives beside the bytes) go too.
-    pub fn sweep(
+    pub fn sweep<E: From<StoreError> + From<crate::log::LogError>>(
         &self,
-        live: &mut dyn FnMut(&[u8; 32]) -> Result<bool, crate::views::ViewError>,
+        live: &mut dyn FnMut(&[u8; 32]) -> Result<bool, E>,
         grace: Duration,
-    ) -> Result<SweepReport, crate::error::LedgerError> {
+    ) -> Result<SweepReport, E> {
         let mut report = SweepReport::default();
         let now = SystemTime::now();
         let old = |meta: &fs::Metadata| {
@@ -415,6 +414,16 @@ impl ContentStore {
     }
 }
 
+/// A read's view of the store's failure: damaged bytes, or none to be had.
+impl From<StoreError> for crate::rules::decide::ContentFault {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::DigestMismatch { .. } => Self::Damaged(e.to_string()),
+            e => Self::Unavailable(e.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,7 +454,7 @@ mod tests {
         // An older store's deadline file beside the bytes is meaningless now.
         let legacy = s.blob_path(&kept.uri).unwrap().with_extension("expires");
         fs::write(&legacy, "1").unwrap();
-        let mut live = |sha: &[u8; 32]| Ok(*sha == kept.sha256);
+        let mut live = |sha: &[u8; 32]| Ok::<_, crate::error::LedgerError>(*sha == kept.sha256);
         let r = s.sweep(&mut live, Duration::from_secs(3600)).unwrap();
         assert_eq!((r.kept, r.in_grace, r.removed), (1, 1, 0), "{r:?}");
         assert!(s.holds(&dead.sha256), "within grace nothing goes");
@@ -471,7 +480,10 @@ mod tests {
             .unwrap();
         s.put(b"again").unwrap();
         let r = s
-            .sweep(&mut |_| Ok(false), Duration::from_secs(3600))
+            .sweep(
+                &mut |_| Ok::<_, crate::error::LedgerError>(false),
+                Duration::from_secs(3600),
+            )
             .unwrap();
         assert_eq!((r.in_grace, r.removed), (1, 0), "{r:?}");
     }

@@ -33,6 +33,26 @@ pub fn xml(s: &str) -> String {
     out
 }
 
+/// Free text (a message, a goal, a media type) as written in a trail
+/// line: as it is, but with control and invisible characters escaped, so
+/// no value can forge a line or drive the terminal.
+pub fn text(s: &str) -> std::borrow::Cow<'_, str> {
+    let visible =
+        |c: char| c == ' ' || crate::rules::labels::plainly_visible(c.encode_utf8(&mut [0; 4]));
+    if s.chars().all(visible) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if visible(c) => out.push(c),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

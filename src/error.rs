@@ -1,26 +1,9 @@
 //! Typed errors of the library. Each refusal a user can cause has a stable
 //! snake_case code; the binary turns them into answers and exit codes.
 
-pub use crate::codes::Code;
+use crate::codes::{Code, Refusal};
 use crate::log::LogError;
-
-/// A refusal: the request was understood but the ledger will not do it.
-/// The code is stable (scripts match on it); the message is for people.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct Refusal {
-    pub code: Code,
-    pub message: String,
-}
-
-impl Refusal {
-    pub fn new(code: Code, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-}
+use crate::rules::decide::{DecideError, StateError};
 
 /// Everything that can go wrong inside the engine.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +33,7 @@ pub enum LedgerError {
     /// damage the checksum did not catch, or a forgery.
     #[error("record {topic}/{partition}@{offset} cannot be decoded: {source} (run `agentledger verify`)")]
     Undecodable {
-        topic: crate::log::Topic,
+        topic: crate::model::Topic,
         partition: u32,
         offset: u64,
         #[source]
@@ -59,7 +42,7 @@ pub enum LedgerError {
     /// A record the views point to is not in the log.
     #[error("{topic}/{partition}@{offset} is missing from the log (the views point to it; run `agentledger verify`)")]
     MissingRecord {
-        topic: crate::log::Topic,
+        topic: crate::model::Topic,
         partition: u32,
         offset: u64,
     },
@@ -69,19 +52,26 @@ pub enum LedgerError {
     /// The Merkle tiles (derived data) cannot be read or written.
     #[error(transparent)]
     Tiles(#[from] crate::audit::tiles::TileError),
-    /// The listener's certificate or key cannot be used.
-    #[error(transparent)]
-    Tls(#[from] crate::server::tls::TlsError),
     /// A thread of the engine's own failed (a bug).
     #[error("internal: {0}")]
     Internal(&'static str),
 }
 
-impl From<crate::rules::decide::DecideError> for LedgerError {
-    fn from(e: crate::rules::decide::DecideError) -> Self {
+impl From<DecideError> for LedgerError {
+    fn from(e: DecideError) -> Self {
         match e {
-            crate::rules::decide::DecideError::Refused(r) => LedgerError::Refused(r),
-            crate::rules::decide::DecideError::Views(v) => LedgerError::Views(v),
+            DecideError::Refused(r) => LedgerError::Refused(r),
+            DecideError::State(StateError::Inconsistent(why)) => {
+                LedgerError::Views(crate::views::ViewError::Inconsistent(why))
+            }
+            // The engine decides over the views: their reader's errors
+            // are view errors.
+            DecideError::State(StateError::Unreadable(e)) => {
+                match e.downcast::<crate::views::ViewError>() {
+                    Ok(v) => LedgerError::Views(*v),
+                    Err(_) => LedgerError::Internal("a decision's state reader failed"),
+                }
+            }
         }
     }
 }
@@ -131,7 +121,7 @@ impl LedgerError {
             LedgerError::Views(_) | LedgerError::Tiles(_) => Code::ViewError,
             LedgerError::Store(_) => Code::ContentStoreError,
             LedgerError::DataDirInUse(_) => Code::DataDirInUse,
-            LedgerError::Io { .. } | LedgerError::Tls(_) | LedgerError::Keys(_) => Code::IoError,
+            LedgerError::Io { .. } | LedgerError::Keys(_) => Code::IoError,
             LedgerError::Undecodable { .. } | LedgerError::MissingRecord { .. } => {
                 Code::CorruptRecord
             }

@@ -74,5 +74,6 @@ pub mod synthetic;
 pub mod trace;
 pub mod views;
 
+pub use codes::Refusal;
 pub use engine::{Engine, EngineOptions};
-pub use error::{LedgerError, Refusal};
+pub use error::LedgerError;

@@ -29,7 +29,7 @@ pub const MAX_STREAMS: usize = 1024;
 pub use crate::codec::MAX_RECORD_BYTES;
 
 /// Largest artifact or blob (refused `too_large`).
-pub use crate::content_store::MAX_BLOB_BYTES;
+pub const MAX_BLOB_BYTES: usize = 16 * 1024 * 1024;
 
 /// Labels one run may carry: its area, what its reads brought in and what
 /// its close adds (refused `too_many_labels`). Every artifact a run
@@ -67,15 +67,15 @@ pub const MAX_TASK_CONTEXT_BYTES: u64 = 64 * 1024 * 1024;
 pub const DISPATCH_STEP: usize = 64;
 
 /// A count over its limit, as a refusal.
-pub fn exceeded(what: &str, count: usize, limit: usize) -> crate::error::Refusal {
-    crate::error::Refusal::new(
+pub fn exceeded(what: &str, count: usize, limit: usize) -> crate::codes::Refusal {
+    crate::codes::Refusal::new(
         Code::LimitExceeded,
         format!("{what}: {count}, over the limit of {limit}"),
     )
 }
 
 /// Refuse a count over its limit.
-pub fn check_count(what: &str, count: usize, limit: usize) -> Result<(), crate::error::Refusal> {
+pub fn check_count(what: &str, count: usize, limit: usize) -> Result<(), crate::codes::Refusal> {
     if count > limit {
         Err(exceeded(what, count, limit))
     } else {

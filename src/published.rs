@@ -126,7 +126,7 @@ impl CloudEvent {
             ),
             kind: ev.event.clone(),
             subject: by.run.to_string(),
-            time: crate::report::rfc3339_ms(time_ms),
+            time: crate::model::time::rfc3339_ms(time_ms),
             datacontenttype: DATA_CONTENT_TYPE.into(),
             hop: by.hop,
             root: by.root.to_string(),

@@ -6,10 +6,10 @@
 
 use crate::auth::Subject;
 use crate::codes::Code;
+use crate::codes::Refusal;
 use crate::engine::Engine;
 use crate::error::LedgerError;
-use crate::error::Refusal;
-use crate::log::Topic;
+use crate::model::Topic;
 use crate::model::{LedgerEvent, ListenerRefused};
 use crate::picture::ChainPicture;
 use crate::protocol::{Failure, LoopCheckOut, WithheldOut};
@@ -287,7 +287,8 @@ fn trail(
         Ok(p) => p,
         Err(e) => return Ok(Said::refused(Code::InvalidRequest, format!("--as-of: {e}"))),
     };
-    let mut steps = report::collect_trail(engine.views(), engine.log().as_ref(), run, chain)?;
+    let mut steps =
+        crate::engine::trail::collect_trail(engine.views(), engine.log().as_ref(), run, chain)?;
     if let Some(point) = point {
         steps.retain(|(_, s)| point.includes(s));
     }
@@ -394,7 +395,7 @@ pub fn chain_picture(engine: &Engine, run: &str) -> Result<ChainPicture, LedgerE
         }
     }
     let refusals: Vec<ListenerRefused> =
-        report::collect_trail(views, engine.log().as_ref(), run, true)?
+        crate::engine::trail::collect_trail(views, engine.log().as_ref(), run, true)?
             .into_iter()
             .filter_map(|(_, s)| match s.event {
                 LedgerEvent::ListenerRefused(f) => Some(f),
@@ -411,7 +412,8 @@ pub fn spans(
     whole_chain: bool,
 ) -> Result<Vec<opentelemetry_sdk::trace::SpanData>, LedgerError> {
     let views = engine.views();
-    let steps = report::collect_trail(views, engine.log().as_ref(), run, whole_chain)?;
+    let steps =
+        crate::engine::trail::collect_trail(views, engine.log().as_ref(), run, whole_chain)?;
     // Runs in the order their first step was recorded: parents first.
     let mut order: Vec<String> = Vec::new();
     let mut by_run: std::collections::HashMap<String, Vec<crate::views::TrailStep>> =
@@ -529,7 +531,7 @@ fn tokens(engine: &mut Engine, json: bool) -> Result<Said, LedgerError> {
             (None, Some(at)) if now >= at => "expired",
             _ => "active",
         };
-        let time = |ms: Option<u64>| ms.map(report::rfc3339_ms);
+        let time = |ms: Option<u64>| ms.map(crate::model::time::rfc3339_ms);
         if json {
             line!(
                 out,
@@ -539,7 +541,7 @@ fn tokens(engine: &mut Engine, json: bool) -> Result<Said, LedgerError> {
                     "principal": t.principal,
                     "scopes": t.scopes,
                     "state": state,
-                    "issued_at": report::rfc3339_ms(t.issued_at_ms),
+                    "issued_at": crate::model::time::rfc3339_ms(t.issued_at_ms),
                     "expires_at": time(t.expires_at_ms),
                     "revoked_at": time(t.revoked_at_ms),
                 })
@@ -551,8 +553,8 @@ fn tokens(engine: &mut Engine, json: bool) -> Result<Said, LedgerError> {
                 format!(" scopes {}", t.scopes.join(","))
             };
             let until = match (t.revoked_at_ms, t.expires_at_ms) {
-                (Some(at), _) => format!(" revoked {}", report::rfc3339_ms(at)),
-                (None, Some(at)) => format!(" expires {}", report::rfc3339_ms(at)),
+                (Some(at), _) => format!(" revoked {}", crate::model::time::rfc3339_ms(at)),
+                (None, Some(at)) => format!(" expires {}", crate::model::time::rfc3339_ms(at)),
                 (None, None) => String::new(),
             };
             line!(
@@ -560,7 +562,7 @@ fn tokens(engine: &mut Engine, json: bool) -> Result<Said, LedgerError> {
                 "{} {state} {}{scopes} issued {}{until}",
                 t.id,
                 t.principal,
-                report::rfc3339_ms(t.issued_at_ms)
+                crate::model::time::rfc3339_ms(t.issued_at_ms)
             );
         }
     }
@@ -774,8 +776,12 @@ fn export(
         }
     };
     engine.checkpoint(true)?;
-    let mut steps =
-        report::collect_trail(engine.views(), engine.log().as_ref(), subject, whole_chain)?;
+    let mut steps = crate::engine::trail::collect_trail(
+        engine.views(),
+        engine.log().as_ref(),
+        subject,
+        whole_chain,
+    )?;
     if let Some(limit) = as_of {
         steps.retain(|(_, s)| s.offset <= limit);
     }

@@ -1,84 +1,12 @@
 //! Trails for people and for machines: one line per step, the withheld
 //! closing step spelled out; or one JSON object per step.
 
-use crate::codec;
-use crate::codes::Code;
 use crate::context::{ContextEvent, Mode, Outcome};
-use crate::error::{LedgerError, Refusal, Result};
-use crate::log::{Log, Topic};
+use crate::encode::text;
+use crate::error::Result;
 use crate::model::*;
 use crate::views::{TrailStep, Views};
 use serde_json::{json, Value};
-
-/// The steps of one run, or of its whole chain in log order, with their
-/// records read back from the log.
-pub fn collect_trail(
-    views: &Views,
-    log: &dyn Log,
-    run: &str,
-    whole_chain: bool,
-) -> Result<Vec<(String, TrailStep)>> {
-    let state = views
-        .run(run)?
-        .ok_or_else(|| Refusal::new(Code::UnknownRun, format!("no run {run:?} in the ledger")))?;
-    let runs = match (&state.root, whole_chain) {
-        (Some(root), true) => views
-            .chain(root)?
-            .map(|c| c.runs)
-            .unwrap_or_else(|| vec![run.to_string()]),
-        _ => vec![run.to_string()],
-    };
-    let mut wanted: Vec<(u32, u64, String, u32)> = Vec::new();
-    for r in runs {
-        for (step, ptr) in views.trail_pointers(&r)? {
-            wanted.push((ptr.partition, ptr.offset, r.clone(), step));
-        }
-    }
-    // Read in offset order and in ranges: on Kafka every jump to another
-    // offset costs a fetch round trip, reading on does not.
-    wanted.sort();
-    let mut steps = Vec::with_capacity(wanted.len());
-    let mut fetched: Vec<crate::log::LogRecord> = Vec::new();
-    for (partition, offset, run, step) in wanted {
-        let have = fetched
-            .iter()
-            .position(|r| r.partition == partition && r.offset == offset);
-        let raw = match have {
-            Some(i) => fetched.swap_remove(i),
-            None => {
-                fetched = log.read(Topic::Ledger, partition, offset, 256)?;
-                fetched.retain(|r| r.offset >= offset);
-                if fetched.first().map(|r| r.offset) != Some(offset) {
-                    return Err(LedgerError::MissingRecord {
-                        topic: Topic::Ledger,
-                        partition,
-                        offset,
-                    });
-                }
-                fetched.remove(0)
-            }
-        };
-        let mut rec = codec::decode(&raw.payload)?;
-        // Sealed context records read in clear while their task's key is held.
-        rec.event = crate::erasure::seal::open_event(views.keys(), rec.event);
-        steps.push((
-            run,
-            TrailStep {
-                step,
-                partition,
-                offset,
-                time_ms: rec.time_ms,
-                event_id: rec.event_id,
-                writer: rec.writer,
-                principal: rec.principal,
-                event: rec.event,
-            },
-        ));
-    }
-    // A chain lives in one partition, so its offsets order it.
-    steps.sort_by_key(|(_, s)| (s.partition, s.offset));
-    Ok(steps)
-}
 
 /// A name or label as written in a trail line: as it is when it shows as
 /// what it is, else quoted with its control and invisible characters
@@ -90,26 +18,6 @@ pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
     } else {
         std::borrow::Cow::Owned(escaped(s))
     }
-}
-
-/// Free text (a message, a goal, a media type) as written in a trail
-/// line: as it is, but with control and invisible characters escaped, so
-/// no value can forge a line or drive the terminal.
-pub fn text(s: &str) -> std::borrow::Cow<'_, str> {
-    let visible =
-        |c: char| c == ' ' || crate::rules::labels::plainly_visible(c.encode_utf8(&mut [0; 4]));
-    if s.chars().all(visible) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            c if visible(c) => out.push(c),
-            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-        }
-    }
-    std::borrow::Cow::Owned(out)
 }
 
 /// `s` quoted, with everything but plainly visible characters escaped.
@@ -159,7 +67,7 @@ impl Unreadable {
 }
 
 /// Why each task whose sealed records `steps` still holds sealed (after
-/// [`collect_trail`] opened what its keys open) is unreadable.
+/// [`crate::engine::trail::collect_trail`] opened what its keys open) is unreadable.
 pub fn erasures(
     steps: &[(String, TrailStep)],
     views: &Views,
@@ -334,7 +242,7 @@ pub fn step_line_with(
             match erased.get(&c.task) {
                 Some(Unreadable::Erased(at)) => format!(
                     "content erased at {} (the sealed record still verifies)",
-                    rfc3339_ms(*at)
+                    crate::model::time::rfc3339_ms(*at)
                 ),
                 Some(Unreadable::KeyDamaged) => "content UNREADABLE: the task's key file is damaged, nothing erased it (the sealed record still verifies)".to_owned(),
                 Some(Unreadable::RecordDamaged) => "record DAMAGED: the task's key does not open it (run verify)".to_owned(),
@@ -344,7 +252,7 @@ pub fn step_line_with(
         LedgerEvent::ContextErased(e) => format!(
             "context of task {} erased at {} ({}): its records stay sealed, verifiable and unreadable",
             shown(&e.task),
-            rfc3339_ms(e.at),
+            crate::model::time::rfc3339_ms(e.at),
             if e.expired { "its time to live ran out" } else { "forgotten on request" }
         ),
         LedgerEvent::RunDispatched(e) => {
@@ -426,7 +334,10 @@ fn context_line(master_run: &str, ev: &ContextEvent) -> String {
             let verdict = if layer1.passed {
                 "layer one PASSED".to_string()
             } else {
-                format!("layer one FAILED: {}", text(&layer1.reasons.join("; ")))
+                format!(
+                    "layer one FAILED: {}",
+                    crate::encode::text(&layer1.reasons.join("; "))
+                )
             };
             format!(
                 "{} returned {}: items done {done}/{}; {verdict}",
@@ -626,37 +537,13 @@ fn parse_rfc3339_utc(s: &str) -> Option<u64> {
     u64::try_from(total * 1000 + ms).ok()
 }
 
-/// Unix milliseconds as a UTC time like 2026-12-02T10:00:00.000Z.
-pub fn rfc3339_ms(ms: u64) -> String {
-    let secs = (ms / 1000) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil from days (proleptic Gregorian), after Howard Hinnant's algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::time::rfc3339_ms;
 
     #[test]
     fn times_print_as_utc_and_read_back() {
-        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339_ms(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
         for ms in [951_782_400_000u64, 4_102_444_799_999, 1_709_164_800_000] {
             assert_eq!(parse_as_of(&rfc3339_ms(ms)), Ok(AsOf::TimeMs(ms)));
         }

@@ -4,7 +4,8 @@
 
 use crate::codec;
 use crate::error::LedgerError;
-use crate::log::{Log, Topic};
+use crate::log::Log;
+use crate::model::Topic;
 use crate::model::*;
 
 fn art(name: &str, run: &str) -> ArtifactRef {

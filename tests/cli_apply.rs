@@ -270,7 +270,7 @@ fn a_caller_waiting_on_each_answer_gets_it_before_writing_the_next() {
 #[test]
 fn lines_read_ahead_are_decided_in_order_and_synced_once() {
     use agentledger::apply::apply_stream;
-    use agentledger::log::Topic;
+    use agentledger::model::Topic;
     let d = tempfile::tempdir().unwrap();
     let mut l = common::Ledger::open(d.path());
     let mut input = String::from(

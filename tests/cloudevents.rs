@@ -8,7 +8,7 @@
 mod common;
 
 use agentledger::engine::EngineOptions;
-use agentledger::log::Topic;
+use agentledger::model::Topic;
 use common::{Backend, Ledger};
 use serde_json::Value;
 use std::collections::BTreeSet;

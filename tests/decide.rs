@@ -6,8 +6,8 @@
 mod common;
 
 use agentledger::codes::Code;
-use agentledger::log::Topic;
 use agentledger::loops::{AgentIndex, LoopBounds};
+use agentledger::model::Topic;
 use agentledger::model::*;
 use agentledger::rules::decide::LedgerRead as _;
 use agentledger::rules::decide::*;
@@ -277,7 +277,8 @@ fn r8_a_listener_reads_by_contract_name_and_each_read_is_a_step() {
         Err(agentledger::content_store::StoreError::DigestMismatch {
             uri: "cas://sha256/…".into(),
             found: "other".into(),
-        })
+        }
+        .into())
     };
     assert!(matches!(
         decide_read(&given, "l1", "patch", &mut damaged).unwrap(),

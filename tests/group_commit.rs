@@ -4,7 +4,7 @@
 
 mod common;
 
-use agentledger::log::Topic;
+use agentledger::model::Topic;
 use common::Ledger;
 use serde_json::json;
 

@@ -377,15 +377,15 @@ struct NoSpaceForCheckpoints {
 }
 
 impl agentledger::log::Log for NoSpaceForCheckpoints {
-    fn partitions(&self, topic: agentledger::log::Topic) -> u32 {
+    fn partitions(&self, topic: agentledger::model::Topic) -> u32 {
         self.inner.partitions(topic)
     }
     fn append(
         &self,
-        topic: agentledger::log::Topic,
+        topic: agentledger::model::Topic,
         records: &[(Vec<u8>, Vec<u8>)],
     ) -> Result<Vec<(u32, u64)>, agentledger::log::LogError> {
-        if topic == agentledger::log::Topic::Checkpoints
+        if topic == agentledger::model::Topic::Checkpoints
             && self.full.load(std::sync::atomic::Ordering::SeqCst)
         {
             return Err(agentledger::log::LogError::io(
@@ -397,7 +397,7 @@ impl agentledger::log::Log for NoSpaceForCheckpoints {
     }
     fn read(
         &self,
-        topic: agentledger::log::Topic,
+        topic: agentledger::model::Topic,
         partition: u32,
         from: u64,
         max: usize,
@@ -406,14 +406,14 @@ impl agentledger::log::Log for NoSpaceForCheckpoints {
     }
     fn end_offset(
         &self,
-        topic: agentledger::log::Topic,
+        topic: agentledger::model::Topic,
         partition: u32,
     ) -> Result<u64, agentledger::log::LogError> {
         self.inner.end_offset(topic, partition)
     }
     fn wait_beyond(
         &self,
-        topic: agentledger::log::Topic,
+        topic: agentledger::model::Topic,
         partition: u32,
         offset: u64,
         timeout: Duration,
@@ -476,7 +476,7 @@ fn an_operation_whose_records_are_durable_is_answered_ok_when_its_checkpoint_fai
     let mark = l
         .engine
         .views()
-        .checkpoint_mark(agentledger::log::Topic::Ledger, 0)
+        .checkpoint_mark(agentledger::model::Topic::Ledger, 0)
         .unwrap();
     assert_eq!(mark.to, 1024);
 }

@@ -17,7 +17,7 @@ mod common;
 use agentledger::codec;
 use agentledger::engine::Engine;
 use agentledger::log::kafka::KafkaConfig;
-use agentledger::log::Topic;
+use agentledger::model::Topic;
 use agentledger::projector::project_all;
 use agentledger::views::Views;
 use common::*;

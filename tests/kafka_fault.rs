@@ -12,7 +12,8 @@
 mod common;
 
 use agentledger::log::kafka::{KafkaConfig, KafkaLog};
-use agentledger::log::{Log, Topic};
+use agentledger::log::Log;
+use agentledger::model::Topic;
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

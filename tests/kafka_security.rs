@@ -8,7 +8,8 @@
 mod common;
 
 use agentledger::log::kafka::{KafkaConfig, KafkaLog, KafkaSecurity, Password, SaslMechanism};
-use agentledger::log::{Log, Topic};
+use agentledger::log::Log;
+use agentledger::model::Topic;
 use common::{
     cli_with_input, required_env, secure_kafka_security, unique_prefix,
     KAFKA_SASL_PASSWORD_FILE_ENV, KAFKA_SASL_USER_ENV, KAFKA_SECURE_ENV, KAFKA_TLS_CA_ENV,

@@ -8,7 +8,8 @@
 mod common;
 
 use agentledger::log::kafka::{KafkaConfig, KafkaLog};
-use agentledger::log::{Log, LogError, Topic};
+use agentledger::log::{Log, LogError};
+use agentledger::model::Topic;
 use common::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -58,7 +58,7 @@ fn on_kafka() {
     };
     let log = KafkaLog::connect(&k).unwrap();
     write_synthetic_log(&log, 40_000).unwrap();
-    assert!(log.partitions(agentledger::log::Topic::Ledger) > 1);
+    assert!(log.partitions(agentledger::model::Topic::Ledger) > 1);
     drop(log);
     rebuild_while_serving(&data, Some(&(k.brokers, k.topic_prefix)), 40_000);
 }

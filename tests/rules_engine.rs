@@ -6,7 +6,7 @@
 mod common;
 
 use agentledger::codec;
-use agentledger::log::Topic;
+use agentledger::model::Topic;
 use agentledger::model::*;
 use agentledger::projector::project_all;
 use agentledger::views::Views;

@@ -70,7 +70,7 @@ fn drive(instances: &mut Vec<Ledger>, group: &str, leave_after: Option<usize>) -
     let partitions = instances[0]
         .engine
         .log()
-        .partitions(agentledger::log::Topic::Ledger);
+        .partitions(agentledger::model::Topic::Ledger);
     let mut members: Vec<Box<dyn Membership>> = instances
         .iter()
         .map(|i| i.engine.log().join(group).unwrap())

@@ -3,7 +3,7 @@
 
 mod common;
 
-use agentledger::log::Topic;
+use agentledger::model::Topic;
 use serde_json::{json, Value};
 
 fn validator(file: &str) -> jsonschema::Validator {

@@ -9,7 +9,7 @@
 mod common;
 
 use agentledger::log::kafka::KafkaLog;
-use agentledger::log::Topic;
+use agentledger::model::Topic;
 use serde_json::{json, Value};
 use std::path::Path;
 

@@ -117,7 +117,7 @@ fn rechain(dir: &Path, seg: &Path, frames: &[(Vec<u8>, Vec<u8>)], signer: Option
             let text = agentledger::audit::note::CheckpointBody {
                 origin: agentledger::audit::note::origin(
                     signer.name(),
-                    agentledger::log::Topic::Ledger,
+                    agentledger::model::Topic::Ledger,
                     p as u32,
                 ),
                 size: to,
@@ -996,7 +996,8 @@ fn an_export_must_hold_what_its_header_selected() {
             &agentledger::log::embedded::EmbeddedConfig::default(),
         )
         .unwrap();
-        use agentledger::log::{Log, Topic};
+        use agentledger::log::Log;
+        use agentledger::model::Topic;
         let rec = log.read(Topic::Registry, 0, 0, 1).unwrap().pop().unwrap();
         let decoded = agentledger::codec::decode(&rec.payload).unwrap();
         vec![

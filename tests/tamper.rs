@@ -339,7 +339,7 @@ fn r16_checkpoint_not_chained_to_what_came_before_is_named() {
 #[test]
 fn r16_automatic_checkpoints_attest_exactly_what_the_log_holds() {
     use agentledger::audit::checkpoint;
-    use agentledger::log::Topic;
+    use agentledger::model::Topic;
     use sha2::{Digest, Sha256};
     let d = tempfile::tempdir().unwrap();
     // Four ledger partitions: ~300 records each before the restart, so the

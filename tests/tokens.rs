@@ -9,8 +9,8 @@
 mod common;
 
 use agentledger::auth::tokens;
-use agentledger::log::Topic;
 use agentledger::model::LedgerEvent;
+use agentledger::model::Topic;
 use agentledger::server::HttpOptions;
 use common::wire::{Via, Wire};
 use common::{Ledger, TestClock};

@@ -5,8 +5,8 @@
 
 mod strict;
 
+use crate::codes::Code;
 use crate::engine::Engine;
-use crate::error::Code;
 use crate::protocol::{self, Failure, OpError, Reply};
 use serde_json::Value;
 use std::io::{BufRead, Write};

@@ -7,7 +7,8 @@ use super::hashchain::link_head;
 use super::note::{origin, CheckpointBody, SignerKey};
 use super::recent::RecentDigests;
 use crate::error::Result;
-use crate::log::{Log, Topic};
+use crate::log::Log;
+use crate::model::Topic;
 use crate::views::Views;
 use std::collections::HashMap;
 
@@ -178,7 +179,7 @@ fn sign(
     key: &SignerKey,
 ) -> Result<String> {
     let tiles = views.tiles();
-    tiles.sync(log, topic, p, to)?;
+    super::checkpoint::sync_tiles(tiles, log, topic, p, to)?;
     let body = CheckpointBody {
         origin: origin(key.name(), topic, p),
         size: to,

@@ -6,7 +6,8 @@
 
 use super::hashchain::{digest_by, from_hex32, link_head, DigestKind, HexDigest};
 use crate::error::{LedgerError, Result};
-use crate::log::{Log, Topic};
+use crate::log::Log;
+use crate::model::Topic;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -447,6 +448,25 @@ pub fn append(log: &dyn Log, cps: &[Checkpoint]) -> Result<Vec<(u32, u64)>> {
 
 /// Feed the RFC 9162 leaf hashes of records `[from, to)` of a partition to
 /// `push`, in offset order; a record missing below `to` is an error.
+/// Bring a partition's tiles up to `to` leaves from the log.
+pub fn sync_tiles(
+    tiles: &super::tiles::TileStore,
+    log: &dyn Log,
+    topic: Topic,
+    partition: u32,
+    to: u64,
+) -> Result<()> {
+    let mut at = tiles.size(topic, partition)?;
+    while at < to {
+        let end = to.min(at + super::tiles::SYNC_BATCH);
+        let mut leaves = Vec::with_capacity((end - at) as usize);
+        leaf_hashes(log, topic, partition, at, end, &mut |h| leaves.push(h))?;
+        tiles.extend(topic, partition, &leaves)?;
+        at = end;
+    }
+    Ok(())
+}
+
 pub fn leaf_hashes(
     log: &dyn Log,
     topic: Topic,

@@ -14,7 +14,8 @@ use super::checkpoint::{Checkpoint, Cosigned};
 use super::tiles::TileStore;
 use crate::codec;
 use crate::error::Result;
-use crate::log::{Log, Topic};
+use crate::log::Log;
+use crate::model::Topic;
 use crate::views::TrailStep;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
@@ -102,7 +103,7 @@ pub fn write_export(
     // size. Derived data is fine here: the auditor checks every proof
     // against the signed root.
     for (&p, &to) in &reach {
-        tiles.sync(log, Topic::Ledger, p, to)?;
+        super::checkpoint::sync_tiles(tiles, log, Topic::Ledger, p, to)?;
     }
     let mut used: Vec<&Checkpoint> = Vec::new();
     let mut used_cosigned: Vec<&Cosigned> = Vec::new();

@@ -374,7 +374,7 @@ pub fn split(note: &str) -> Result<(&str, Vec<SignatureLine<'_>>), NoteError> {
 }
 
 /// The origin line of a partition's checkpoints: the log a note is about.
-pub fn origin(key_name: &str, topic: crate::log::Topic, partition: u32) -> String {
+pub fn origin(key_name: &str, topic: crate::model::Topic, partition: u32) -> String {
     format!("agentledger/{key_name}/{}/{partition}", topic.name())
 }
 

@@ -13,7 +13,8 @@
 use super::verify::{mismatch, Mismatch};
 use crate::codec;
 use crate::error::Result;
-use crate::log::{Log, Topic};
+use crate::log::Log;
+use crate::model::Topic;
 use crate::model::{ids, LedgerEvent, Run};
 use crate::published::{CloudEvent, Publisher};
 use std::collections::{BTreeMap, BTreeSet};
@@ -151,7 +152,7 @@ pub fn check_published(log: &dyn Log) -> Result<PublishedCheck> {
                     ),
                     format!(
                         "a time at or after {} (the close)",
-                        crate::report::rfc3339_ms(close)
+                        crate::model::time::rfc3339_ms(close)
                     ),
                     e.time.clone(),
                 );

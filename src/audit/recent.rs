@@ -8,7 +8,7 @@
 
 use crate::audit::checkpoint::{Span, CHECKPOINT_INTERVAL};
 use crate::audit::hashchain::HexDigest;
-use crate::log::Topic;
+use crate::model::Topic;
 use std::collections::HashMap;
 
 /// Most digests held per partition; past it the older half goes.

@@ -14,7 +14,8 @@ use super::merkle::{Frontier, Hash};
 use super::note::{origin, CheckpointBody, VerifierKey};
 use super::verify::{mismatch as bad, Mismatch};
 use crate::error::Result;
-use crate::log::{Log, Topic};
+use crate::log::Log;
+use crate::model::Topic;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde::Serialize;
@@ -589,7 +590,7 @@ pub struct Since {
 pub fn verify_since(log: &dyn Log, key: &VerifierKey, old_note: &str) -> Result<Since> {
     use super::merkle::{verify_consistency, Gathering, Wanted};
     let refuse = |why: String| {
-        crate::error::LedgerError::Refused(crate::error::Refusal::new(
+        crate::error::LedgerError::Refused(crate::codes::Refusal::new(
             crate::codes::Code::InvalidRequest,
             why,
         ))

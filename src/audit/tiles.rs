@@ -17,7 +17,7 @@
 //! from which `sync` continues.
 
 use super::merkle::{node_hash, Hash, Nodes};
-use crate::log::{Log, Topic};
+use crate::model::Topic;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -27,7 +27,7 @@ pub const TILE_HEIGHT: u8 = 8;
 pub const TILE_WIDTH: u64 = 1 << TILE_HEIGHT;
 const HASH: usize = 32;
 /// Leaves read from the log per batch when catching up (bounds memory).
-const SYNC_BATCH: u64 = 1 << 16;
+pub const SYNC_BATCH: u64 = 1 << 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TileError {
@@ -162,27 +162,6 @@ impl TileStore {
             &size.to_be_bytes()[..],
         );
         self.tree.apply_batch(batch)?;
-        Ok(())
-    }
-
-    /// Bring the partition's tiles up to `to` leaves from the log.
-    pub fn sync(
-        &self,
-        log: &dyn Log,
-        topic: Topic,
-        partition: u32,
-        to: u64,
-    ) -> crate::error::Result<()> {
-        let mut at = self.size(topic, partition)?;
-        while at < to {
-            let end = to.min(at + SYNC_BATCH);
-            let mut leaves = Vec::with_capacity((end - at) as usize);
-            super::checkpoint::leaf_hashes(log, topic, partition, at, end, &mut |h| {
-                leaves.push(h)
-            })?;
-            self.extend(topic, partition, &leaves)?;
-            at = end;
-        }
         Ok(())
     }
 

@@ -24,7 +24,7 @@ impl std::fmt::Display for Mismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Every field may come from the log or an export under audit:
         // escaped, so none can forge a line or drive the terminal.
-        use crate::report::text;
+        use crate::encode::text;
         write!(
             f,
             "{}/{}@{}: {}: expected {}, found {}",

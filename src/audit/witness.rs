@@ -16,8 +16,10 @@ use super::checkpoint::{self, Cosigned};
 use super::merkle::{root, verify_consistency, Hash};
 use super::note::{self, origin, CheckpointBody, SignerKey, VerifierKey};
 use crate::codes::Code;
-use crate::error::{LedgerError, Refusal, Result};
-use crate::log::{Log, Topic};
+use crate::codes::Refusal;
+use crate::error::{LedgerError, Result};
+use crate::log::Log;
+use crate::model::Topic;
 use crate::views::Views;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
@@ -150,7 +152,7 @@ pub fn accept(
         )));
     }
     let tiles = views.tiles();
-    tiles.sync(log, topic, partition, body.size)?;
+    super::checkpoint::sync_tiles(tiles, log, topic, partition, body.size)?;
     if root(&tiles.nodes(topic, partition), body.size)? != body.root {
         return Err(refuse(format!(
             "{want} at {} records has another root than the note's",

@@ -17,8 +17,8 @@
 //! per certificate leaves no doubt which one counts. A certificate with no
 //! such SAN, or with two, authenticates no one.
 
+use super::principal::Unauthenticated;
 use super::principal::{Grant, Principal};
-use super::tokens::Unauthenticated;
 use rustls::pki_types::CertificateDer;
 
 /// The URI scheme of the SAN that names the principal.

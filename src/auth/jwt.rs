@@ -10,8 +10,8 @@
 //! Checked at the network edge, with no state: nothing here logs or
 //! returns the token.
 
+use super::principal::Unauthenticated;
 use super::principal::{Grant, Principal};
-use super::tokens::Unauthenticated;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use std::path::{Path, PathBuf};

@@ -12,5 +12,5 @@ pub mod tokens;
 
 pub use facts::gather;
 pub use policy::{authorize, Action, Facts, Forbidden, Subject};
+pub use principal::Unauthenticated;
 pub use principal::{BadGrant, BadPrincipal, Grant, Principal};
-pub use tokens::Unauthenticated;

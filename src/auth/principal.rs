@@ -111,6 +111,18 @@ impl Grant {
     }
 }
 
+/// Why a request is not authenticated (HTTP 401). Never names the
+/// credential presented.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unauthenticated(pub String);
+
+impl From<Unauthenticated> for crate::codes::Refusal {
+    fn from(u: Unauthenticated) -> Self {
+        crate::codes::Refusal::new(crate::codes::Code::Unauthenticated, u.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

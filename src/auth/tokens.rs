@@ -5,10 +5,11 @@
 //! pure functions of the state held for it; nothing here logs or returns a
 //! token's text.
 
+use super::principal::Unauthenticated;
 use super::principal::{Grant, Principal};
 use crate::codes::Code;
-use crate::error::Refusal;
-use crate::log::Topic;
+use crate::codes::Refusal;
+use crate::model::Topic;
 use crate::model::{LedgerEvent, TokenIssued, TokenRevoked};
 use crate::rules::decide::Decided;
 use crate::views::TokenState;
@@ -42,18 +43,6 @@ pub fn hash(token: &str) -> [u8; 32] {
 /// one-way hash of 256 random bits).
 pub fn id_of(sha256: &[u8; 32]) -> String {
     format!("tok_{}", hex::encode(&sha256[..6]))
-}
-
-/// Why a request is not authenticated (HTTP 401). Never names the
-/// credential presented.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Unauthenticated(pub String);
-
-impl From<Unauthenticated> for Refusal {
-    fn from(u: Unauthenticated) -> Self {
-        Refusal::new(Code::Unauthenticated, u.0)
-    }
 }
 
 /// The token an `Authorization: Bearer` header value carries.
@@ -91,7 +80,7 @@ pub fn check(held: Option<&TokenState>, now_ms: u64) -> Result<Grant, Unauthenti
         return Err(Unauthenticated(format!(
             "token {} expired at {}",
             t.id,
-            crate::report::rfc3339_ms(at)
+            crate::model::time::rfc3339_ms(at)
         )));
     }
     let principal: Principal = t

@@ -43,9 +43,12 @@ impl Demo {
     }
 
     fn trail(&self, run: &str) -> Result<()> {
-        for (r, s) in
-            report::collect_trail(self.engine.views(), self.engine.log().as_ref(), run, true)?
-        {
+        for (r, s) in agentledger::engine::trail::collect_trail(
+            self.engine.views(),
+            self.engine.log().as_ref(),
+            run,
+            true,
+        )? {
             outln!("    {}", report::step_line(&r, &s));
         }
         Ok(())
@@ -193,8 +196,12 @@ pub fn run(dir: &Path) -> Result<i32> {
         bail!("something opened beyond the hop limit");
     }
     outln!("  trail of {current} (the run at the limit):");
-    for (r, s) in report::collect_trail(d.engine.views(), d.engine.log().as_ref(), &current, false)?
-    {
+    for (r, s) in agentledger::engine::trail::collect_trail(
+        d.engine.views(),
+        d.engine.log().as_ref(),
+        &current,
+        false,
+    )? {
         outln!("    {}", report::step_line(&r, &s));
     }
 

@@ -3,7 +3,7 @@
 
 use super::Cli;
 use agentledger::error::LedgerError;
-use agentledger::log::Topic;
+use agentledger::model::Topic;
 use anyhow::{bail, Context, Result};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -115,7 +115,9 @@ pub fn run(cli: &Cli, command: &TokenCommand) -> Result<i32> {
             let Answer::IssueToken(issued) = &done.answer else {
                 bail!("the ledger answered issue_token with another kind of answer");
             };
-            let expires_at = issued.expires_at_ms.map(agentledger::report::rfc3339_ms);
+            let expires_at = issued
+                .expires_at_ms
+                .map(agentledger::model::time::rfc3339_ms);
             if cli.json {
                 outln!(
                     "{}",

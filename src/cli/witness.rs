@@ -14,7 +14,7 @@ use agentledger::audit::merkle::consistency_proof;
 use agentledger::audit::note::{origin, CheckpointBody, KeyKind, SignerKey, VerifierKey};
 use agentledger::audit::tiles::{index_path, TileError, TileNodes, TileSource, TILE_WIDTH};
 use agentledger::audit::witness::{judge, Seen};
-use agentledger::log::Topic;
+use agentledger::model::Topic;
 use anyhow::{Context, Result};
 use base64::Engine as _;
 use serde_json::{json, Value};

@@ -3,17 +3,29 @@
 //! landed first (ahead of the acknowledgement on Kafka), else from the log,
 //! answering `conflict` when another writer decided the same step first.
 
-use super::{Decided, Engine, GroupEnd};
+use super::{Decided, Engine};
 use crate::audit::checkpoint::CHAINED_TOPICS;
 use crate::audit::recent::RecentDigests;
 use crate::codec;
 use crate::codes::Code;
-use crate::error::{LedgerError, Refusal, Result};
-use crate::log::{Log, Topic};
+use crate::codes::Refusal;
+use crate::error::{LedgerError, Result};
+use crate::log::Log;
 use crate::model::LedgerEvent;
+use crate::model::Topic;
 use crate::projector::driver::{evolve_batch, prepare_batch, project_partition, DecodedBatch};
 use crate::projector::Position;
 use crate::views::Views;
+
+/// What the end of a commit group found.
+#[derive(Debug, Default)]
+pub struct GroupEnd {
+    /// Operations (by their index in the group, see
+    /// [`Engine::group_op`]) whose answer must be replaced: by a conflict
+    /// (another writer decided the same thing first) or by the log's error
+    /// (their records were not acknowledged, or could not be checked).
+    pub changed: Vec<(usize, LedgerError)>,
+}
 
 impl Engine {
     /// Encode and durably append decided records, then project them.

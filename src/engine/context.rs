@@ -4,10 +4,11 @@
 
 use super::{Decided, Engine};
 use crate::codes::Code;
+use crate::codes::Refusal;
 use crate::context::{
     self, ContextAccounting, ContextError, ContextEvent, Layer1, Mode, Outcome, TaskState,
 };
-use crate::error::{LedgerError, Refusal, Result};
+use crate::error::{LedgerError, Result};
 use crate::model::*;
 use serde_json::Value;
 
@@ -53,7 +54,7 @@ impl Engine {
                 Code::Expired,
                 format!(
                     "task {task:?}: its context was erased at {}",
-                    crate::report::rfc3339_ms(at)
+                    crate::model::time::rfc3339_ms(at)
                 ),
             )
             .into());
@@ -339,7 +340,7 @@ impl Engine {
         let ev = context::decide_put_blob(&state, content, media_type, ttl_s, now);
         match self.task_key(task) {
             Some(key) => {
-                if content.len() > crate::content_store::MAX_BLOB_BYTES {
+                if content.len() > crate::limits::MAX_BLOB_BYTES {
                     return Err(crate::content_store::StoreError::TooLarge {
                         size: content.len(),
                     }

@@ -14,8 +14,8 @@
 
 use super::{Decided, Engine};
 use crate::error::Result;
-use crate::log::Topic;
 use crate::model::scope;
+use crate::model::Topic;
 use crate::model::*;
 use crate::published::{CloudEvent, Publisher};
 use crate::rules::decide::{self, ListenerOutcome};

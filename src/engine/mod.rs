@@ -18,13 +18,14 @@ mod refusals;
 mod registry;
 mod runs;
 mod tokens;
+pub mod trail;
 
+pub use commit::GroupEnd;
 pub use context::{SendAnswer, TaskStats};
 pub use dispatcher::{DispatchAnswer, OpenedListener, RefusedListener, WithheldRun};
 pub(crate) use open::guarded;
 pub use open::DataDir;
 pub use options::{system_clock, Clock, EngineOptions, DEFAULT_CONTEXT_TTL_MS};
-pub use pipeline::GroupEnd;
 pub use registry::{PublishAgent, PublishAnswer};
 pub use runs::{CloseAnswer, CloseRun, OpenAnswer, ReadAnswer};
 
@@ -32,8 +33,9 @@ use crate::audit::checkpoint::CHAINED_TOPICS;
 use crate::content_store::ContentStore;
 use crate::error::Result;
 use crate::log::embedded::EmbeddedLog;
-use crate::log::{Log, Topic};
+use crate::log::Log;
 use crate::loops::AgentIndex;
+use crate::model::Topic;
 use crate::views::Views;
 use std::fs::File;
 use std::path::Path;
@@ -211,7 +213,7 @@ impl Engine {
     /// A run's trail (or its chain's), records read back from the log.
     pub fn trail(&self, run: &str, whole_chain: bool) -> Result<Vec<crate::views::TrailStep>> {
         Ok(
-            crate::report::collect_trail(&self.views, self.log.as_ref(), run, whole_chain)?
+            trail::collect_trail(&self.views, self.log.as_ref(), run, whole_chain)?
                 .into_iter()
                 .map(|(_, s)| s)
                 .collect(),

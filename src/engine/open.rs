@@ -9,7 +9,8 @@
 
 use crate::erasure::KeyStore;
 use crate::error::{LedgerError, Result};
-use crate::log::{Log, Topic};
+use crate::log::Log;
+use crate::model::Topic;
 use crate::views::{ViewError, Views};
 use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};

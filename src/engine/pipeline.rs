@@ -13,10 +13,11 @@
 //! the brokers for a whole group instead of one per operation; answers as
 //! exact as one operation at a time.
 
-use super::{Decided, Engine};
+use super::{Decided, Engine, GroupEnd};
 use crate::codec;
 use crate::error::{LedgerError, Result};
-use crate::log::{Appending, Topic};
+use crate::log::Appending;
+use crate::model::Topic;
 use crate::projector::driver::{evolve_batch, project_partition, DecodedBatch};
 use crate::projector::Position;
 use std::collections::BTreeMap;
@@ -56,16 +57,6 @@ pub(super) struct Pipeline {
     /// once their records were checked (first reason per operation).
     changed: BTreeMap<usize, LedgerError>,
     pub(super) started: Instant,
-}
-
-/// What the end of a commit group found.
-#[derive(Debug, Default)]
-pub struct GroupEnd {
-    /// Operations (by their index in the group, see
-    /// [`Engine::group_op`]) whose answer must be replaced: by a conflict
-    /// (another writer decided the same thing first) or by the log's error
-    /// (their records were not acknowledged, or could not be checked).
-    pub changed: Vec<(usize, LedgerError)>,
 }
 
 impl Engine {

@@ -5,8 +5,10 @@
 
 use super::Engine;
 use crate::audit::checkpoint::CHAINED_TOPICS;
-use crate::error::{Code, LedgerError, Refusal, Result};
-use crate::log::{Log, Topic};
+use crate::codes::{Code, Refusal};
+use crate::error::{LedgerError, Result};
+use crate::log::Log;
+use crate::model::Topic;
 use crate::projector::project_all;
 use crate::rebuild::beside::{Beside, RebuildState, RebuildStatus};
 use crate::views::Views;
@@ -113,7 +115,7 @@ impl Engine {
         for t in CHAINED_TOPICS {
             for p in 0..log.partitions(t) {
                 let to = fresh.checkpoint_mark(t, p)?.to;
-                fresh.tiles().sync(log.as_ref(), t, p, to)?;
+                crate::audit::checkpoint::sync_tiles(fresh.tiles(), log.as_ref(), t, p, to)?;
             }
         }
         fresh.flush()?;

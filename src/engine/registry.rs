@@ -3,8 +3,8 @@
 
 use super::Engine;
 use crate::error::Result;
-use crate::log::Topic;
 use crate::loops::AgentIndex;
+use crate::model::Topic;
 use crate::model::*;
 
 pub use crate::rules::decide::PublishAgent;

@@ -1,7 +1,8 @@
 //! Opening runs, reading artifacts, closing runs.
 
 use super::Engine;
-use crate::error::{Code, LedgerError, Refusal, Result};
+use crate::codes::{Code, Refusal};
+use crate::error::{LedgerError, Result};
 use crate::model::*;
 use crate::rules::decide;
 use crate::views::RunState;

@@ -2,8 +2,9 @@
 //! operations), and finding the grant a presented token's hash carries.
 
 use super::Engine;
-use crate::auth::tokens::{self, IssueToken, Unauthenticated};
+use crate::auth::tokens::{self, IssueToken};
 use crate::auth::Grant;
+use crate::auth::Unauthenticated;
 use crate::error::{LedgerError, Result};
 use crate::model::TokenIssued;
 use crate::views::TokenState;

@@ -16,7 +16,8 @@
 
 use super::keys::KeyError;
 use super::seal::TaskKey;
-use crate::log::{Log, LogError, Topic};
+use crate::log::{Log, LogError};
+use crate::model::Topic;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};

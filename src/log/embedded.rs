@@ -13,7 +13,8 @@
 //! off and logged; a bad frame followed by good ones is corruption, not a
 //! tear, and opening fails naming the file and position, cutting nothing.
 
-use super::{partition_for_key, Log, LogError, LogRecord, RecordRef, Topic};
+use super::{partition_for_key, Log, LogError, LogRecord, RecordRef};
+use crate::model::Topic;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;

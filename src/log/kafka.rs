@@ -40,7 +40,8 @@
 //! assignment without a consumer group); nothing is committed to it.
 
 pub use super::kafka_security::{KafkaSecurity, Password, SaslLogin, SaslMechanism};
-use super::{Log, LogError, LogRecord, Topic};
+use super::{Log, LogError, LogRecord};
+use crate::model::Topic;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};

@@ -5,6 +5,9 @@ pub mod event;
 pub mod ids;
 pub mod run;
 pub mod scope;
+pub mod time;
+pub mod topic;
 
 pub use event::*;
 pub use run::{label_union, PublishedEvent, Run};
+pub use topic::Topic;

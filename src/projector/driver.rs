@@ -4,13 +4,12 @@
 //! with it, `rebuild` builds fresh views with it.
 
 use super::Position;
+use super::PROJECT_BATCH;
 use crate::codec;
 use crate::error::{LedgerError, Result};
-use crate::log::{Log, Topic};
+use crate::log::Log;
+use crate::model::Topic;
 use crate::views::Views;
-
-/// How many records the projector folds into one atomic view batch.
-pub const PROJECT_BATCH: usize = 2000;
 
 /// Fold the log into the views from their stored offsets to the log's end.
 pub fn project_all(log: &dyn Log, views: &Views, progress: &dyn Fn(u64)) -> Result<u64> {

@@ -6,7 +6,10 @@
 
 pub mod driver;
 
-pub use driver::{project_all, project_partition, PROJECT_BATCH};
+pub use driver::{project_all, project_partition};
+
+/// How many records the projector folds into one atomic view batch.
+pub const PROJECT_BATCH: usize = 2000;
 
 use crate::codec::Record;
 use crate::model::*;

@@ -5,8 +5,9 @@
 use super::answer::*;
 use super::request::*;
 use crate::auth::{authorize, Action, Grant, Principal};
+use crate::codes::{Code, Refusal};
 use crate::engine::{CloseRun, Engine, PublishAgent};
-use crate::error::{Code, LedgerError, Refusal};
+use crate::error::LedgerError;
 use crate::model::RunStatus;
 use serde_json::Value;
 

@@ -5,7 +5,8 @@
 
 use crate::engine::DataDir;
 use crate::error::{LedgerError, Result};
-use crate::log::{Log, Topic};
+use crate::log::Log;
+use crate::model::Topic;
 use crate::projector::project_all;
 use crate::views::Views;
 use std::fs;
@@ -76,7 +77,7 @@ pub fn rebuild_views(dd: &DataDir, log: &dyn Log, progress: &dyn Fn(u64)) -> Res
         for t in crate::audit::checkpoint::CHAINED_TOPICS {
             for p in 0..log.partitions(t) {
                 let to = views.checkpoint_mark(t, p)?.to;
-                views.tiles().sync(log, t, p, to)?;
+                crate::audit::checkpoint::sync_tiles(views.tiles(), log, t, p, to)?;
             }
         }
         views.flush()?;

@@ -4,7 +4,7 @@
 //! takes names from the contract, not refs from the model.
 
 use crate::codes::Code;
-use crate::error::Refusal;
+use crate::codes::Refusal;
 use crate::model::{ArtifactRef, Run};
 
 /// True when the requested string looks like a content ref or digest rather

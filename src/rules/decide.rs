@@ -8,25 +8,47 @@
 
 use super::{artifacts, chain, labels};
 use crate::codes::Code;
-use crate::content_store::StoreError;
+use crate::codes::Refusal;
 use crate::context::TaskState;
-use crate::error::Refusal;
 use crate::limits;
-use crate::log::Topic;
 use crate::loops::{self, AgentIndex, AgentNode, LoopBounds};
 use crate::model::scope::valid_scope;
+use crate::model::Topic;
 use crate::model::*;
-use crate::views::ViewError;
 use std::collections::BTreeMap;
 
 /// The ledger's state as the rules read it.
 pub trait LedgerRead {
-    fn run(&self, run: &str) -> Result<Option<Run>, ViewError>;
-    fn version(&self, agent: &str, version: u32) -> Result<Option<AgentVersion>, ViewError>;
-    fn current_version(&self, agent: &str) -> Result<Option<AgentVersion>, ViewError>;
+    fn run(&self, run: &str) -> Result<Option<Run>, StateError>;
+    fn version(&self, agent: &str, version: u32) -> Result<Option<AgentVersion>, StateError>;
+    fn current_version(&self, agent: &str) -> Result<Option<AgentVersion>, StateError>;
     /// Agents whose current version listens to `event`, sorted by name.
-    fn listeners(&self, event: &str) -> Result<Vec<String>, ViewError>;
-    fn task(&self, task: &str) -> Result<Option<TaskState>, ViewError>;
+    fn listeners(&self, event: &str) -> Result<Vec<String>, StateError>;
+    fn task(&self, task: &str) -> Result<Option<TaskState>, StateError>;
+}
+
+/// The state could not be read as a decision needs it.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The reader failed (its own error, kept whole for the layer that
+    /// knows it: the views' reader gives a `ViewError`).
+    #[error(transparent)]
+    Unreadable(Box<dyn std::error::Error + Send + Sync>),
+    /// What was read contradicts itself (a run's version missing).
+    #[error("{0}")]
+    Inconsistent(String),
+}
+
+/// Why an artifact's bytes cannot be handed to a read, as the content
+/// store says (the engine converts its errors; a test states it).
+#[derive(Debug, thiserror::Error)]
+pub enum ContentFault {
+    /// The bytes are there but hash to something else.
+    #[error("{0}")]
+    Damaged(String),
+    /// The bytes cannot be had.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// What a decision can fail with: a refusal, or the state not being
@@ -36,7 +58,7 @@ pub enum DecideError {
     #[error(transparent)]
     Refused(#[from] Refusal),
     #[error(transparent)]
-    Views(#[from] ViewError),
+    State(#[from] StateError),
 }
 
 pub type Decision<T> = Result<T, DecideError>;
@@ -164,7 +186,7 @@ pub fn decide_read(
     state: &impl LedgerRead,
     run_id: &str,
     name: &str,
-    content: &mut dyn FnMut(&ArtifactRef) -> Result<(), StoreError>,
+    content: &mut dyn FnMut(&ArtifactRef) -> Result<(), ContentFault>,
 ) -> Decision<ReadDecision> {
     let run = existing_run(state, run_id)?;
     let budget = state
@@ -174,8 +196,8 @@ pub fn decide_read(
     let decided = artifacts::authorize_read(&run, name, budget).and_then(|art| {
         content(&art).map(|()| art).map_err(|e| {
             let code = match e {
-                StoreError::DigestMismatch { .. } => Code::DigestMismatch,
-                _ => Code::ContentUnavailable,
+                ContentFault::Damaged(_) => Code::DigestMismatch,
+                ContentFault::Unavailable(_) => Code::ContentUnavailable,
             };
             Refusal::new(code, format!("artifact {name:?}: {e}"))
         })
@@ -262,7 +284,7 @@ pub fn decide_close(state: &impl LedgerRead, cmd: &CloseRun) -> Decision<Decided
         labels::check_label(l)?;
     }
     let opened_on = state.version(&run.agent, run.version)?.ok_or_else(|| {
-        ViewError::Inconsistent(format!(
+        StateError::Inconsistent(format!(
             "version {} of agent {} is missing from the views",
             run.version, run.agent
         ))

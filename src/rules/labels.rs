@@ -3,7 +3,7 @@
 //! publishes carries all of its run's labels.
 
 use crate::codes::Code;
-use crate::error::Refusal;
+use crate::codes::Refusal;
 use crate::limits::{MAX_LABELS_PER_RUN, MAX_LABEL_BYTES};
 use crate::model::scope::{area_label, area_of_label, scope_within};
 use crate::model::ArtifactRef;

@@ -3,7 +3,8 @@
 //! filters a consumer may ask for. Shared by the SSE stream and the
 //! WebSocket `subscribe`.
 
-use crate::log::{Log, Topic};
+use crate::log::Log;
+use crate::model::Topic;
 use serde::Deserialize;
 use serde_json::Value;
 use std::time::Duration;

@@ -269,7 +269,8 @@ pub(super) fn caller(s: &AppState, asked: &Asked) -> Result<Caller, Failure> {
     let value = asked
         .get(header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or(""));
-    let unauthenticated = |u: tokens::Unauthenticated| Failure::new(Code::Unauthenticated, u.0);
+    let unauthenticated =
+        |u: crate::auth::Unauthenticated| Failure::new(Code::Unauthenticated, u.0);
     // A bearer token speaks for this request; a client certificate for
     // every request of its connection that shows none.
     if let (None, Some(ClientIdentity(identity))) = (value, &asked.client) {

@@ -4,7 +4,7 @@
 //! engine when scraped.
 
 use crate::engine::{DispatchAnswer, Engine};
-use crate::log::Topic;
+use crate::model::Topic;
 use crate::protocol::{Answer, Reply};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;

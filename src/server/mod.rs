@@ -46,6 +46,16 @@ pub fn token_file(data: &Path) -> PathBuf {
     data.join("serve.token")
 }
 
+/// Why a server could not run: the ledger's failure, or a certificate
+/// the listener cannot use.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}
+
 /// How a server stopped.
 #[derive(Debug)]
 pub enum Stopped {
@@ -79,7 +89,7 @@ pub fn run(
     listen: Option<(SocketAddr, HttpOptions)>,
     data: &Path,
     signals: Signals<'_>,
-) -> Result<Stopped, LedgerError> {
+) -> Result<Stopped, ServeError> {
     let Signals {
         shutdown,
         shutdown_timeout,
@@ -169,7 +179,7 @@ fn listen_until(
     data: &Path,
     until: Until,
     on_listening: impl FnOnce(&str),
-) -> Result<(), LedgerError> {
+) -> Result<(), ServeError> {
     let Until {
         shutdown,
         stop_at,

@@ -9,8 +9,8 @@
 
 use super::ledger::LedgerHandle;
 use crate::engine::Engine;
-use crate::log::Topic;
 use crate::model::LedgerEvent;
+use crate::model::Topic;
 use crate::trace::otlp::LiveExporter;
 use opentelemetry_sdk::trace::SpanData;
 use std::collections::VecDeque;

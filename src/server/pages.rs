@@ -20,7 +20,7 @@ use crate::context::{self, Outcome, Subtask, TaskState};
 use crate::encode::{path_segment, xml as escape};
 use crate::engine::Engine;
 use crate::error::LedgerError;
-use crate::log::Topic;
+use crate::model::Topic;
 use crate::model::{ids, LedgerEvent};
 use crate::picture::ChainPicture;
 use crate::protocol::Failure;
@@ -132,7 +132,7 @@ pub fn gather_recent(engine: &Engine) -> Result<Vec<ChainRow>, LedgerError> {
 pub fn gather_chain(engine: &mut Engine, root: &str) -> Result<ChainPage, LedgerError> {
     // As the API answers a run that cannot be a name (`..` among them).
     if !ids::valid_name(root) {
-        return Err(crate::error::Refusal::new(
+        return Err(crate::codes::Refusal::new(
             crate::codes::Code::InvalidName,
             format!(
                 "run {:?} is not a name (1–128 of letters, digits, -_.:, never . or ..)",
@@ -142,7 +142,8 @@ pub fn gather_chain(engine: &mut Engine, root: &str) -> Result<ChainPage, Ledger
         .into());
     }
     let picture = crate::queries::chain_picture(engine, root)?;
-    let trail = report::collect_trail(engine.views(), engine.log().as_ref(), root, true)?;
+    let trail =
+        crate::engine::trail::collect_trail(engine.views(), engine.log().as_ref(), root, true)?;
     let erased = report::erasures(&trail, engine.views())?;
     let mut steps = vec![Vec::new(); picture.runs.len()];
     let mut task_ids = BTreeSet::new();
@@ -276,7 +277,7 @@ pub fn render_index(rows: &[ChainRow]) -> String {
             r.runs,
             r.max_hop,
             if r.withheld { "<span class=\"bad\">yes</span>" } else { "no" },
-            report::rfc3339_ms(r.last_ms)
+            crate::model::time::rfc3339_ms(r.last_ms)
         );
     }
     b.push_str("</table>\n");

@@ -15,7 +15,7 @@ use super::http::{caller, failure_response, read_job, AppState, Asked};
 use crate::audit::checkpoint::CHAINED_TOPICS;
 use crate::audit::tiles::parse_tile_path;
 use crate::codes::Code;
-use crate::log::Topic;
+use crate::model::Topic;
 use crate::protocol::Failure;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};

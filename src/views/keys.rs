@@ -2,7 +2,7 @@
 //! holds; ids are followed by a 0 byte where something comes after them, and
 //! numbers are big-endian so that keys sort in numeric order.
 
-use crate::log::Topic;
+use crate::model::Topic;
 
 pub const OFFSET: u8 = b'o';
 pub const AGENT: u8 = b'a';

@@ -14,7 +14,8 @@ pub use state::*;
 pub use txn::ViewTxn;
 
 use crate::codec;
-use crate::log::Topic;
+use crate::model::Topic;
+use crate::rules::decide::{LedgerRead, StateError};
 use behind::{Change, WriteBehind};
 use sha2::{Digest, Sha256};
 use std::ops::Bound;
@@ -531,28 +532,34 @@ impl Views {
     }
 }
 
-impl crate::rules::decide::LedgerRead for Views {
-    fn run(&self, run: &str) -> Result<Option<crate::model::Run>, ViewError> {
+impl From<ViewError> for StateError {
+    fn from(e: ViewError) -> Self {
+        StateError::Unreadable(Box::new(e))
+    }
+}
+
+impl LedgerRead for Views {
+    fn run(&self, run: &str) -> Result<Option<crate::model::Run>, StateError> {
         Ok(Views::run(self, run)?.map(|r| r.state))
     }
     fn version(
         &self,
         agent: &str,
         version: u32,
-    ) -> Result<Option<crate::model::AgentVersion>, ViewError> {
-        Views::version(self, agent, version)
+    ) -> Result<Option<crate::model::AgentVersion>, StateError> {
+        Ok(Views::version(self, agent, version)?)
     }
     fn current_version(
         &self,
         agent: &str,
-    ) -> Result<Option<crate::model::AgentVersion>, ViewError> {
-        Views::current_version(self, agent)
+    ) -> Result<Option<crate::model::AgentVersion>, StateError> {
+        Ok(Views::current_version(self, agent)?)
     }
-    fn listeners(&self, event: &str) -> Result<Vec<String>, ViewError> {
-        Views::listeners(self, event)
+    fn listeners(&self, event: &str) -> Result<Vec<String>, StateError> {
+        Ok(Views::listeners(self, event)?)
     }
-    fn task(&self, task: &str) -> Result<Option<crate::context::TaskState>, ViewError> {
-        Views::task(self, task)
+    fn task(&self, task: &str) -> Result<Option<crate::context::TaskState>, StateError> {
+        Ok(Views::task(self, task)?)
     }
 }
 

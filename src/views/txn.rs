@@ -6,7 +6,7 @@
 use super::{
     decode, encode, keys, ChainState, RunState, TrailPage, TrailPointer, ViewError, Views,
 };
-use crate::log::Topic;
+use crate::model::Topic;
 use std::collections::{BTreeMap, HashMap};
 
 pub struct ViewTxn<'a> {

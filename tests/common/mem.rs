@@ -3,8 +3,7 @@
 
 use agentledger::context::TaskState;
 use agentledger::model::*;
-use agentledger::rules::decide::{Decided, LedgerRead};
-use agentledger::views::ViewError;
+use agentledger::rules::decide::{Decided, LedgerRead, StateError};
 use std::collections::{BTreeMap, HashMap};
 
 #[derive(Default)]
@@ -56,20 +55,20 @@ impl MemLedger {
 }
 
 impl LedgerRead for MemLedger {
-    fn run(&self, run: &str) -> Result<Option<Run>, ViewError> {
+    fn run(&self, run: &str) -> Result<Option<Run>, StateError> {
         Ok(self.runs.get(run).cloned())
     }
-    fn version(&self, agent: &str, version: u32) -> Result<Option<AgentVersion>, ViewError> {
+    fn version(&self, agent: &str, version: u32) -> Result<Option<AgentVersion>, StateError> {
         Ok(self.versions.get(&(agent.to_string(), version)).cloned())
     }
-    fn current_version(&self, agent: &str) -> Result<Option<AgentVersion>, ViewError> {
+    fn current_version(&self, agent: &str) -> Result<Option<AgentVersion>, StateError> {
         Ok(self
             .current
             .get(agent)
             .and_then(|v| self.versions.get(&(agent.to_string(), *v)))
             .cloned())
     }
-    fn listeners(&self, event: &str) -> Result<Vec<String>, ViewError> {
+    fn listeners(&self, event: &str) -> Result<Vec<String>, StateError> {
         let mut out: Vec<String> = self
             .current
             .iter()
@@ -80,7 +79,7 @@ impl LedgerRead for MemLedger {
         out.sort();
         Ok(out)
     }
-    fn task(&self, task: &str) -> Result<Option<TaskState>, ViewError> {
+    fn task(&self, task: &str) -> Result<Option<TaskState>, StateError> {
         Ok(self.tasks.get(task).cloned())
     }
 }

@@ -20,7 +20,8 @@ use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use agentledger::log::kafka::{
     KafkaConfig, KafkaLog, KafkaSecurity, Password, SaslLogin, SaslMechanism,
 };
-use agentledger::log::{Log, LogRecord, Topic};
+use agentledger::log::{Log, LogRecord};
+use agentledger::model::Topic;
 use agentledger::protocol;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

@@ -10,7 +10,8 @@ use agentledger::apply::parse_line;
 use agentledger::audit::checkpoint::Checkpoint;
 use agentledger::codec;
 use agentledger::log::embedded::{scan_segment, EmbeddedConfig, EmbeddedLog};
-use agentledger::log::{Log, Topic};
+use agentledger::log::Log;
+use agentledger::model::Topic;
 use agentledger::protocol::{parse_request, validate};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
@@ -185,9 +186,13 @@ fn build_seeds() -> Seeds {
             },
         )
         .unwrap();
-        let steps =
-            agentledger::report::collect_trail(engine.views(), engine.log().as_ref(), "r1", true)
-                .unwrap();
+        let steps = agentledger::engine::trail::collect_trail(
+            engine.views(),
+            engine.log().as_ref(),
+            "r1",
+            true,
+        )
+        .unwrap();
         let cps: Vec<Checkpoint> = agentledger::audit::checkpoint::read_all(engine.log().as_ref())
             .unwrap()
             .into_iter()
