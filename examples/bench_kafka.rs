@@ -13,7 +13,8 @@
 
 use agentledger::apply::apply_value;
 use agentledger::engine::{Engine, EngineOptions};
-use agentledger::log::kafka::{KafkaConfig, KafkaLog};
+use agentledger::log::kafka::KafkaLog;
+use agentledger::log::kafka_config::KafkaConfig;
 use agentledger::log::Log;
 use agentledger::model::Topic;
 use agentledger::projector::project_all;

@@ -7,7 +7,8 @@
 
 mod common;
 
-use agentledger::log::kafka::{KafkaConfig, KafkaLog, KafkaSecurity, Password, SaslMechanism};
+use agentledger::log::kafka::{KafkaLog, KafkaSecurity, Password, SaslMechanism};
+use agentledger::log::kafka_config::KafkaConfig;
 use agentledger::log::Log;
 use agentledger::model::Topic;
 use common::{

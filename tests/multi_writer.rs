@@ -11,7 +11,7 @@ use agentledger::apply::apply_value;
 use agentledger::content_store::ContentStore;
 use agentledger::engine::{Engine, EngineOptions};
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
-use agentledger::log::kafka::KafkaConfig;
+use agentledger::log::kafka_config::KafkaConfig;
 use agentledger::views::Views;
 use serde_json::{json, Value};
 use std::sync::Arc;

@@ -8,7 +8,8 @@ mod common;
 
 use agentledger::engine::DataDir;
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
-use agentledger::log::kafka::{KafkaConfig, KafkaLog};
+use agentledger::log::kafka::KafkaLog;
+use agentledger::log::kafka_config::KafkaConfig;
 use agentledger::log::Log;
 use agentledger::synthetic::write_synthetic_log;
 use common::server::{base_args, http, post_ok, start};

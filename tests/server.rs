@@ -764,9 +764,9 @@ fn sigkill_under_64_writers(kafka: Option<(String, String)>) {
             common::Ledger::open(&data).engine
         }
         Some((brokers, prefix)) => {
-            let cfg = agentledger::log::kafka::KafkaConfig {
+            let cfg = agentledger::log::kafka_config::KafkaConfig {
                 topic_prefix: prefix.clone(),
-                ..agentledger::log::kafka::KafkaConfig::new(brokers.clone())
+                ..agentledger::log::kafka_config::KafkaConfig::new(brokers.clone())
             };
             agentledger::engine::Engine::open_kafka(
                 d.path().join("after"),

@@ -118,9 +118,9 @@ fn context_sealed_on_one_instance_opens_on_another_and_forgetting_erases_it_ever
         }
     }
     // The topic holds the key wrapped, never as the key file holds it.
-    let log = KafkaLog::connect(&agentledger::log::kafka::KafkaConfig {
+    let log = KafkaLog::connect(&agentledger::log::kafka_config::KafkaConfig {
         topic_prefix: fleet.prefix.clone(),
-        ..agentledger::log::kafka::KafkaConfig::new(brokers)
+        ..agentledger::log::kafka_config::KafkaConfig::new(brokers)
     })
     .unwrap();
     let tag = agentledger::erasure::keys::tag("t1");

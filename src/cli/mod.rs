@@ -20,9 +20,8 @@ mod witness;
 use agentledger::apply::{apply_stream_as, apply_stream_with, MAX_LINE_BYTES};
 use agentledger::engine::{DataDir, Engine, EngineOptions};
 use agentledger::log::embedded::EmbeddedLog;
-use agentledger::log::kafka::{
-    KafkaConfig, KafkaLog, KafkaSecurity, Password, SaslLogin, SaslMechanism,
-};
+use agentledger::log::kafka::{KafkaLog, KafkaSecurity, Password, SaslLogin, SaslMechanism};
+use agentledger::log::kafka_config::KafkaConfig;
 use agentledger::log::Log;
 use agentledger::queries::{PictureFormat, Query};
 use anyhow::{Context, Result};

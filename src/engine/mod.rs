@@ -136,7 +136,7 @@ impl Engine {
     /// and the content store live in `data` on this machine.
     pub fn open_kafka(
         data: impl AsRef<Path>,
-        kafka: &crate::log::kafka::KafkaConfig,
+        kafka: &crate::log::kafka_config::KafkaConfig,
         opts: EngineOptions,
     ) -> Result<Self> {
         let dd = DataDir::new(data);

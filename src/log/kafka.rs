@@ -39,6 +39,7 @@
 //! until the timeout. A manual `assign` needs a `group.id` (librdkafka has no
 //! assignment without a consumer group); nothing is committed to it.
 
+use super::kafka_config::{base_config, log_to_tracing, ms, KafkaConfig};
 pub use super::kafka_security::{KafkaSecurity, Password, SaslLogin, SaslMechanism};
 use super::{Log, LogError, LogRecord};
 use crate::model::Topic;
@@ -74,55 +75,6 @@ const KAFKA_TOPICS: [Topic; 6] = [
 /// topics' `max.message.bytes` and the producer's `message.max.bytes`.
 const FRAMING_BYTES: usize = 1024 * 1024;
 
-/// How to reach the cluster and how to lay out the topics.
-#[derive(Debug, Clone)]
-pub struct KafkaConfig {
-    /// Bootstrap servers, `host:port[,host:port…]`.
-    pub brokers: String,
-    /// Prefix of every topic name, e.g. `acme.` → `acme.ledger`.
-    pub topic_prefix: String,
-    /// Partitions of `ledger` and `published` when they are created.
-    pub ledger_partitions: u32,
-    /// Replication factor of the topics this log creates.
-    pub replication_factor: u16,
-    /// `min.insync.replicas` of the topics this log creates (broker default
-    /// when `None`).
-    pub min_insync_replicas: Option<u16>,
-    /// Bound of every network wait: connect, metadata, delivery, fetch.
-    pub timeout: Duration,
-    /// How long the group waits for a silent instance before handing its
-    /// ledger partitions to the others (`session.timeout.ms`).
-    pub group_session_timeout: Duration,
-    /// TLS and SASL towards the brokers.
-    pub security: KafkaSecurity,
-}
-
-impl KafkaConfig {
-    /// Defaults (4 ledger partitions, replication factor 1, 30 s timeout)
-    /// for the given bootstrap servers.
-    pub fn new(brokers: impl Into<String>) -> Self {
-        Self {
-            brokers: brokers.into(),
-            ..Self::default()
-        }
-    }
-}
-
-impl Default for KafkaConfig {
-    fn default() -> Self {
-        Self {
-            brokers: "127.0.0.1:9092".into(),
-            topic_prefix: String::new(),
-            ledger_partitions: 4,
-            replication_factor: 1,
-            min_insync_replicas: None,
-            timeout: Duration::from_secs(30),
-            group_session_timeout: Duration::from_secs(10),
-            security: KafkaSecurity::default(),
-        }
-    }
-}
-
 /// `5s`, `1500ms`: durations as a person writes them in an error message.
 fn human(d: Duration) -> String {
     if d.subsec_millis() == 0 {
@@ -130,10 +82,6 @@ fn human(d: Duration) -> String {
     } else {
         format!("{}ms", d.as_millis())
     }
-}
-
-pub(super) fn ms(d: Duration) -> u64 {
-    d.as_millis().min(i32::MAX as u128) as u64
 }
 
 // ---------------------------------------------------------------------------
@@ -227,29 +175,6 @@ impl ClientContext for Ctx {
         // Mostly transient (a broker went away, all brokers down); the calls
         // that are affected fail on their own with their own errors.
         tracing::warn!(target: "librdkafka", "{error}: {reason}");
-    }
-}
-
-/// librdkafka's log lines, at their level, through `tracing`.
-pub(super) fn log_to_tracing(level: RDKafkaLogLevel, fac: &str, message: &str) {
-    {
-        match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => {
-                tracing::error!(target: "librdkafka", facility = fac, "{message}")
-            }
-            RDKafkaLogLevel::Warning => {
-                tracing::warn!(target: "librdkafka", facility = fac, "{message}")
-            }
-            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-                tracing::info!(target: "librdkafka", facility = fac, "{message}")
-            }
-            RDKafkaLogLevel::Debug => {
-                tracing::debug!(target: "librdkafka", facility = fac, "{message}")
-            }
-        }
     }
 }
 
@@ -435,26 +360,6 @@ pub struct KafkaLog {
     readers: Mutex<BTreeMap<(Topic, u32), SharedReader>>,
     /// A consumer kept for batched end-offset queries.
     offsets_reader: Mutex<Reader>,
-}
-
-pub(super) fn base_config(config: &KafkaConfig) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", &config.brokers)
-        .set("client.id", "agentledger")
-        // Never let a metadata request create a topic with broker defaults.
-        .set("allow.auto.create.topics", "false")
-        // A request queued for a dead leader just waits; only fresh metadata
-        // points it at the new one. librdkafka refreshes every 5 minutes by
-        // default — a 5-minute stall of every offset query after a broker
-        // dies (measured). Producers notice sooner, consumers do not.
-        .set("topic.metadata.refresh.interval.ms", "3000")
-        .set(
-            "socket.timeout.ms",
-            ms(config.timeout).clamp(10, 300_000).to_string(),
-        )
-        .set_log_level(RDKafkaLogLevel::Info);
-    config.security.apply(&mut c);
-    c
 }
 
 fn producer_config(config: &KafkaConfig) -> ClientConfig {

@@ -15,7 +15,7 @@
 //! caught as a `conflict` when it commits.
 
 use super::group::Membership;
-use super::kafka::{base_config, log_to_tracing, ms, KafkaConfig};
+use super::kafka_config::{base_config, log_to_tracing, ms, KafkaConfig};
 use super::LogError;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;

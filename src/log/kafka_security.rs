@@ -4,7 +4,7 @@
 //!
 //! The password is read from a file (never a flag: flags show in `ps`) and
 //! kept in a [`Password`] that prints as `***`, so a `{:?}` of a
-//! [`super::kafka::KafkaConfig`] in a log line never carries it.
+//! [`super::kafka_config::KafkaConfig`] in a log line never carries it.
 
 use super::LogError;
 use rdkafka::config::ClientConfig;

@@ -9,6 +9,7 @@
 pub mod embedded;
 pub mod group;
 pub mod kafka;
+pub mod kafka_config;
 mod kafka_group;
 mod kafka_security;
 mod murmur2;

@@ -17,9 +17,8 @@ pub use wire::Via;
 use agentledger::apply::apply_value;
 use agentledger::engine::{Engine, EngineOptions};
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
-use agentledger::log::kafka::{
-    KafkaConfig, KafkaLog, KafkaSecurity, Password, SaslLogin, SaslMechanism,
-};
+use agentledger::log::kafka::{KafkaLog, KafkaSecurity, Password, SaslLogin, SaslMechanism};
+use agentledger::log::kafka_config::KafkaConfig;
 use agentledger::log::{Log, LogRecord};
 use agentledger::model::Topic;
 use agentledger::protocol;
