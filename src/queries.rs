@@ -939,7 +939,7 @@ pub fn verify(
         if let Some(old) = since {
             let s = crate::audit::signed::verify_since(log, &trust.key, old)?;
             if let Some(why) = &s.fault {
-                report.mismatches.push(crate::audit::verify::Mismatch {
+                report.mismatches.push(crate::audit::Mismatch {
                     topic: Topic::Checkpoints.name().to_owned(),
                     partition: 0,
                     offset: 0,

@@ -6,10 +6,10 @@
 //! made up from nothing fails one of them, naming the record.
 
 use super::checkpoint::{Checkpoint, Cosigned, CHAINED_TOPICS};
+use super::findings::{mismatch as fault, Mismatch, SignedSummary, WitnessedLog, WitnessedSummary};
 use super::merkle::{leaf_hash, verify_inclusion, Hash};
 use super::note::{origin, CheckpointBody, VerifierKey};
-use super::signed::{SignedSummary, Trust, WitnessedLog, WitnessedSummary};
-use super::verify::{mismatch as fault, Mismatch};
+use super::signed::Trust;
 use crate::codec;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;

@@ -8,8 +8,9 @@
 //! on 2 cores left one core idle for the last fifth of the run.
 
 use super::checkpoint::{self, Header, CHAINED_TOPICS};
+use super::digests::Digests;
+use super::findings::{broken_body, mismatch, Mismatch, VerifyReport};
 use super::hashchain::{check_body, digest_by, from_hex32, DigestKind, Link, GENESIS};
-use super::verify::{broken_body, mismatch, Digests, Mismatch, VerifyReport};
 use crate::error::{LedgerError, Result};
 use crate::log::Log;
 use crate::model::Topic;

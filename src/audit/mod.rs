@@ -17,8 +17,10 @@
 
 pub mod attest;
 pub mod checkpoint;
+pub mod digests;
 pub mod export;
 pub mod export_proof;
+pub mod findings;
 pub mod hashchain;
 pub mod log_verify;
 pub mod merkle;
@@ -31,5 +33,5 @@ pub mod verify;
 pub mod witness;
 
 pub use checkpoint::{Checkpoint, CHECKPOINT_INTERVAL};
+pub use findings::{Mismatch, VerifyReport};
 pub use hashchain::{digest_by, link_head, record_digest, DigestKind, Link, GENESIS};
-pub use verify::{Mismatch, VerifyReport};

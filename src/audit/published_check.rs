@@ -10,7 +10,7 @@
 //! dispatch is named. The ledger id in `source` is what the dispatcher
 //! was configured with, recorded nowhere: it is not checked.
 
-use super::verify::{mismatch, Mismatch};
+use super::findings::{mismatch, Mismatch};
 use crate::codec;
 use crate::error::Result;
 use crate::log::Log;

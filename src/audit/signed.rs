@@ -10,40 +10,17 @@
 //! records past the last one leaves records that no signature attests.
 
 use super::checkpoint::{self, CHAINED_TOPICS};
+use super::findings::{
+    mismatch as bad, Mismatch, SignedSummary, Since, WitnessedLog, WitnessedSummary,
+};
 use super::merkle::{Frontier, Hash};
 use super::note::{origin, CheckpointBody, VerifierKey};
-use super::verify::{mismatch as bad, Mismatch};
 use crate::error::Result;
 use crate::log::Log;
 use crate::model::Topic;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
-use serde::Serialize;
 use std::collections::BTreeMap;
-
-/// What the signatures of one key attest.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct SignedSummary {
-    /// The verifier key checked against.
-    pub key: String,
-    /// Checkpoints whose note that key signed (one per size).
-    pub signed_checkpoints: u64,
-    /// Checkpoints whose note carries no signature line of that key's
-    /// name: another key's (one it replaced, say). They attest nothing to
-    /// this key and are no fault; a line of its name that does not verify
-    /// is.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub other_keys: u64,
-    /// Records under a signed checkpoint whose root matched.
-    pub attested: u64,
-    /// What the witnesses required cosigned, when some are.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub witnessed: Option<WitnessedSummary>,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
 
 /// Whom `verify` trusts: the ledger's key, and the witnesses of which
 /// `need` must have cosigned (none: signatures alone).
@@ -110,29 +87,6 @@ impl Trust {
     }
 }
 
-/// How far each log is witnessed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct WitnessedSummary {
-    /// The witness keys given.
-    pub witnesses: Vec<String>,
-    /// Cosignatures required of them per checkpoint.
-    pub required: usize,
-    /// Records under a checkpoint that enough of them cosigned.
-    pub witnessed: u64,
-    /// Records past each log's newest checkpoint that enough of them
-    /// cosigned: attested by the ledger's key alone.
-    pub unwitnessed: u64,
-    /// Per log: the largest checkpoint cosigned by enough witnesses.
-    pub logs: Vec<WitnessedLog>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct WitnessedLog {
-    pub log: String,
-    pub size: u64,
-    pub by: Vec<String>,
-}
-
 /// A signed size of a partition: its root and where its checkpoint is.
 struct Signed {
     root: Hash,
@@ -151,7 +105,7 @@ pub fn verify_signed(log: &dyn Log, trust: &Trust) -> Result<(SignedSummary, Vec
 pub fn verify_signed_with(
     log: &dyn Log,
     trust: &Trust,
-    known: Option<&super::verify::Roots>,
+    known: Option<&super::log_verify::Roots>,
 ) -> Result<(SignedSummary, Vec<Mismatch>)> {
     // Headers: the digest lists are not needed here.
     let noted: Vec<checkpoint::Header> = checkpoint::read_headers(log)?
@@ -206,7 +160,7 @@ fn open_note(key: &VerifierKey, cp: &checkpoint::Header) -> Option<Opened> {
 pub fn verify_signed_given(
     log: &dyn Log,
     trust: &Trust,
-    known: Option<&super::verify::Roots>,
+    known: Option<&super::log_verify::Roots>,
     noted: &[checkpoint::Header],
 ) -> Result<(SignedSummary, Vec<Mismatch>)> {
     let key = &trust.key;
@@ -568,19 +522,6 @@ fn check_partition(
         ));
     }
     Ok((attested_to, None))
-}
-
-/// What `verify --since` found: the old checkpoint, the newest the log's
-/// key signed for the same partition, and the RFC 9162 proof between them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Since {
-    pub origin: String,
-    pub old_size: u64,
-    pub new_size: u64,
-    /// Base64 hashes of the consistency proof from `old_size` to `new_size`.
-    pub proof: Vec<String>,
-    /// Why the log does not extend the old checkpoint, if it does not.
-    pub fault: Option<String>,
 }
 
 /// Whether today's log extends the one `old_note` attested: the newest

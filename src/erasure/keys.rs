@@ -4,47 +4,14 @@
 //! before anything sealed with it is written, and deleting its file is
 //! the erasure: nothing else holds it.
 
-use super::seal::TaskKey;
+use super::seal::{KeyStatus, TaskKey, TaskKeys};
+use super::shared::SharedKeyError;
 use crate::private_files;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-
-/// Where the keys of tasks are looked up (the projector and the trail
-/// open sealed records with them).
-pub trait TaskKeys: Sync {
-    /// The task's key, if it has not been erased.
-    fn key(&self, task: &str) -> Option<TaskKey>;
-
-    /// Whether the task's key is here, gone, or here but unreadable: what
-    /// tells a record that was erased from one that is damaged.
-    fn status(&self, task: &str) -> KeyStatus {
-        match self.key(task) {
-            Some(_) => KeyStatus::Held,
-            None => KeyStatus::Missing,
-        }
-    }
-}
-
-/// Where a task's key stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyStatus {
-    Held,
-    Missing,
-    /// Its file is there but cannot be read as this task's key.
-    Damaged,
-}
-
-/// No keys at all: everything sealed reads as erased.
-pub struct NoKeys;
-
-impl TaskKeys for NoKeys {
-    fn key(&self, _task: &str) -> Option<TaskKey> {
-        None
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -60,7 +27,16 @@ pub enum KeyError {
     Random,
     /// The task keys shared through the log could not be read or written.
     #[error("shared task keys: {0}")]
-    Shared(String),
+    Shared(crate::log::LogError),
+}
+
+impl From<SharedKeyError> for KeyError {
+    fn from(e: SharedKeyError) -> Self {
+        match e {
+            SharedKeyError::Log(e) => KeyError::Shared(e),
+            SharedKeyError::Random => KeyError::Random,
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -173,7 +149,7 @@ impl KeyStore {
 
     fn publish(&self, task: &str, key: &TaskKey, expires_at: u64) -> Result<(), KeyError> {
         match &self.shared {
-            Some(s) => s.publish(&tag(task), task, key, expires_at),
+            Some(s) => Ok(s.publish(&tag(task), task, key, expires_at)?),
             None => Ok(()),
         }
     }

@@ -19,5 +19,5 @@ pub mod keys;
 pub mod seal;
 pub mod shared;
 
-pub use keys::{KeyStatus, KeyStore, NoKeys, TaskKeys};
-pub use seal::{SealError, TaskKey};
+pub use keys::KeyStore;
+pub use seal::{KeyStatus, NoKeys, SealError, TaskKey, TaskKeys};

@@ -167,10 +167,44 @@ pub fn open_record(
         .then_some(record)
 }
 
+/// Where the keys of tasks are looked up (the projector and the trail
+/// open sealed records with them).
+pub trait TaskKeys: Sync {
+    /// The task's key, if it has not been erased.
+    fn key(&self, task: &str) -> Option<TaskKey>;
+
+    /// Whether the task's key is here, gone, or here but unreadable: what
+    /// tells a record that was erased from one that is damaged.
+    fn status(&self, task: &str) -> KeyStatus {
+        match self.key(task) {
+            Some(_) => KeyStatus::Held,
+            None => KeyStatus::Missing,
+        }
+    }
+}
+
+/// Where a task's key stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyStatus {
+    Held,
+    Missing,
+    /// Its file is there but cannot be read as this task's key.
+    Damaged,
+}
+
+/// No keys at all: everything sealed reads as erased.
+pub struct NoKeys;
+
+impl TaskKeys for NoKeys {
+    fn key(&self, _task: &str) -> Option<TaskKey> {
+        None
+    }
+}
+
 /// `event` with a sealed context record opened where its key is held
 /// (left sealed where it is not: erased).
 pub fn open_event(
-    keys: &dyn super::TaskKeys,
+    keys: &dyn TaskKeys,
     event: crate::model::LedgerEvent,
 ) -> crate::model::LedgerEvent {
     use crate::model::LedgerEvent;

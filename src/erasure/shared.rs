@@ -14,7 +14,6 @@
 //! the keys it finds: it reads the task's context as unreadable, never as
 //! another task's.
 
-use super::keys::KeyError;
 use super::seal::TaskKey;
 use crate::log::{Log, LogError};
 use crate::model::Topic;
@@ -75,8 +74,13 @@ fn aad(tag: &str) -> Vec<u8> {
     format!("agentledger task key v1 {tag}").into_bytes()
 }
 
-fn shared(e: LogError) -> KeyError {
-    KeyError::Shared(e.to_string())
+/// Why the shared keys could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SharedKeyError {
+    #[error("{0}")]
+    Log(#[from] LogError),
+    #[error("no randomness for a task key")]
+    Random,
 }
 
 impl SharedKeys {
@@ -101,13 +105,13 @@ impl SharedKeys {
         task: &str,
         key: &TaskKey,
         expires_at: u64,
-    ) -> Result<(), KeyError> {
+    ) -> Result<(), SharedKeyError> {
         let mut plain = key.0.to_vec();
         plain.extend_from_slice(task.as_bytes());
         let sealed = self
             .seal
             .seal(&aad(tag), &plain)
-            .map_err(|_| KeyError::Random)?;
+            .map_err(|_| SharedKeyError::Random)?;
         let w = Wrapped {
             v: 1,
             wrapped: B64.encode(sealed),
@@ -115,23 +119,21 @@ impl SharedKeys {
         };
         let json = serde_json::to_vec(&w).unwrap_or_default();
         self.log
-            .append(Topic::Keys, &[(tag.as_bytes().to_vec(), json)])
-            .map_err(shared)?;
+            .append(Topic::Keys, &[(tag.as_bytes().to_vec(), json)])?;
         self.index().by_tag.insert(tag.to_owned(), Some(w));
         Ok(())
     }
 
     /// End a task's key in the topic (a tombstone).
-    pub fn erase(&self, tag: &str) -> Result<(), KeyError> {
+    pub fn erase(&self, tag: &str) -> Result<(), SharedKeyError> {
         self.log
-            .append(Topic::Keys, &[(tag.as_bytes().to_vec(), Vec::new())])
-            .map_err(shared)?;
+            .append(Topic::Keys, &[(tag.as_bytes().to_vec(), Vec::new())])?;
         self.index().by_tag.insert(tag.to_owned(), None);
         Ok(())
     }
 
     /// The key the topic holds for `tag` (the task's id checked).
-    pub fn fetch(&self, tag: &str, task: &str) -> Result<Fetched, KeyError> {
+    pub fn fetch(&self, tag: &str, task: &str) -> Result<Fetched, SharedKeyError> {
         let mut index = self.index();
         self.scan(&mut index)?;
         Ok(match index.by_tag.get(tag) {
@@ -145,7 +147,7 @@ impl SharedKeys {
     }
 
     /// Tags erased in the topic since the last call (by any instance).
-    pub fn newly_erased(&self) -> Result<Vec<String>, KeyError> {
+    pub fn newly_erased(&self) -> Result<Vec<String>, SharedKeyError> {
         let mut index = self.index();
         self.scan(&mut index)?;
         Ok(std::mem::take(&mut index.newly_erased))
@@ -153,7 +155,7 @@ impl SharedKeys {
 
     /// Keys in the topic past their expiry at `now`, that this instance can
     /// unwrap: whoever made them may be gone, any instance erases them.
-    pub fn expired(&self, now: u64) -> Result<Vec<SharedExpired>, KeyError> {
+    pub fn expired(&self, now: u64) -> Result<Vec<SharedExpired>, SharedKeyError> {
         let mut index = self.index();
         self.scan(&mut index)?;
         let mut out = Vec::new();
@@ -181,31 +183,28 @@ impl SharedKeys {
     }
 
     /// Read the topic from where the last scan stopped to its end.
-    fn scan(&self, index: &mut Index) -> Result<(), KeyError> {
-        let end = self.log.end_offset(Topic::Keys, 0).map_err(shared)?;
+    fn scan(&self, index: &mut Index) -> Result<(), SharedKeyError> {
+        let end = self.log.end_offset(Topic::Keys, 0)?;
         while index.scanned < end {
             let mut seen: Vec<(String, Option<Wrapped>)> = Vec::new();
             let from = index.scanned;
-            let next = self
-                .log
-                .scan(Topic::Keys, 0, from, 1024, &mut |r| {
-                    let Ok(tag) = std::str::from_utf8(r.key) else {
-                        return ControlFlow::Continue(());
-                    };
-                    if r.payload.is_empty() {
-                        seen.push((tag.to_owned(), None));
-                    } else if let Ok(w) = serde_json::from_slice::<Wrapped>(r.payload) {
-                        seen.push((tag.to_owned(), Some(w)));
-                    } else {
-                        tracing::warn!(
-                            tag,
-                            offset = r.offset,
-                            "a record of the keys topic does not read as a wrapped key"
-                        );
-                    }
-                    ControlFlow::Continue(())
-                })
-                .map_err(shared)?;
+            let next = self.log.scan(Topic::Keys, 0, from, 1024, &mut |r| {
+                let Ok(tag) = std::str::from_utf8(r.key) else {
+                    return ControlFlow::Continue(());
+                };
+                if r.payload.is_empty() {
+                    seen.push((tag.to_owned(), None));
+                } else if let Ok(w) = serde_json::from_slice::<Wrapped>(r.payload) {
+                    seen.push((tag.to_owned(), Some(w)));
+                } else {
+                    tracing::warn!(
+                        tag,
+                        offset = r.offset,
+                        "a record of the keys topic does not read as a wrapped key"
+                    );
+                }
+                ControlFlow::Continue(())
+            })?;
             for (tag, w) in seen {
                 if w.is_none() {
                     index.newly_erased.push(tag.clone());

@@ -9,7 +9,9 @@
 //! timeout ([`SHUTDOWN_GRACE`] unless told) to finish before the server
 //! stops regardless.
 
-use super::http::{failure_response, vouch, AppState, Asked};
+use super::access::{vouch, Asked};
+use super::answer::failure_response;
+use super::state::AppState;
 use super::tls::ClientIdentity;
 use crate::codes::Code;
 use crate::protocol::answer::Failure;

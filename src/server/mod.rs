@@ -6,14 +6,22 @@
 //! auditor's HTML pages ([`pages`]); spans exported live as runs close
 //! ([`otlp`]).
 
+mod access;
+mod answer;
 pub mod events;
-pub mod http;
 pub mod intake;
 pub mod ledger;
 pub mod metrics;
+mod operate;
+mod ops;
 pub mod otlp;
 pub mod pages;
+mod reads;
+mod routes;
 mod shares;
+mod socket;
+mod state;
+mod streams;
 pub mod tlog;
 pub mod tls;
 pub mod ws_frames;
@@ -27,8 +35,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use http::HttpOptions;
+pub use answer::status_of;
 pub use ledger::{LoopOptions, Summary};
+pub use routes::router;
+pub use state::{AppState, HttpOptions};
 pub use tls::{ClientIdentity, TlsError, TlsFiles};
 
 /// The file in the data dir that names the address a running server
@@ -195,7 +205,7 @@ fn listen_until(
         .thread_name("agentledger-http")
         .build()
         .map_err(|e| LedgerError::io("starting the async runtime", e))?;
-    let stopping = Arc::new(AtomicBool::new(false));
+    let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
     // The ledger thread ended on its own (it failed): stop serving too.
     let ledger_ended = handle.ended.clone();
     let session = crate::auth::tokens::generate().map_err(|e| {
@@ -212,7 +222,7 @@ fn listen_until(
     let mut opts = opts;
     // Answers must be out before connections are closed.
     opts.stop_answering_after = grace - (grace / 4).min(Duration::from_millis(500));
-    let state = http::AppState::new(handle, opts, stopping.clone(), &session);
+    let state = AppState::new(handle, opts, stopping_rx, &session);
     let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -227,16 +237,15 @@ fn listen_until(
             .and_then(|_| std::fs::rename(&tmp, &file))
             .map_err(|e| LedgerError::io(format!("writing {}", file.display()), e))?;
         on_listening(&url);
-        let app = http::router(state);
+        let app = router(state);
         let signal = {
-            let stopping = stopping.clone();
             let stop_at = stop_at.clone();
             async move {
                 while !shutdown.load(Ordering::SeqCst) && !ledger_ended.load(Ordering::SeqCst) {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 let _ = stop_at.set(std::time::Instant::now());
-                stopping.store(true, Ordering::SeqCst);
+                stopping.send_replace(true);
             }
         };
         let served = intake::serve(listener, app, signal, intake::max_connections(), tls, grace)

@@ -14,7 +14,8 @@
 //! rendering (`render_*`, pure), so what a page shows is tested without a
 //! browser and drawn the same way every time.
 
-use super::http::{caller, read_job_about, subject_of, AppState, Asked};
+use super::access::{caller, read_job_about, subject_of, Asked};
+use super::state::AppState;
 use crate::auth::Subject;
 use crate::context::{self, Outcome, Subtask, TaskState};
 use crate::encode::{path_segment, xml as escape};
@@ -537,7 +538,7 @@ async fn serve_page<T: Send + 'static>(
 ) -> Response {
     let asked = asked.basic_as_bearer();
     let response = match caller(s, &asked) {
-        Err(f) => failure_page(super::http::failure_response(f.clone()), Some(&f)),
+        Err(f) => failure_page(super::answer::failure_response(f.clone()), Some(&f)),
         Ok(c) => {
             match read_job_about(s, c, subject, move |engine| {
                 gather(engine).map_err(|e| Failure::new(e.code(), e.to_string()))

@@ -11,7 +11,9 @@
 //! (`tile/entries/…`) are not served: a record can exceed the 64 KiB an
 //! entry bundle allows; `export` carries records with their proofs.
 
-use super::http::{caller, failure_response, read_job, AppState, Asked};
+use super::access::{caller, read_job, Asked};
+use super::answer::failure_response;
+use super::state::AppState;
 use crate::audit::checkpoint::CHAINED_TOPICS;
 use crate::audit::tiles::parse_tile_path;
 use crate::codes::Code;

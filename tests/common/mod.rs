@@ -240,7 +240,7 @@ impl Ledger {
         if let Some(status) = status {
             let expected = match a["error"]["code"].as_str() {
                 None => 200,
-                Some(code) => agentledger::server::http::status_of(
+                Some(code) => agentledger::server::status_of(
                     agentledger::codes::Code::parse(code)
                         .unwrap_or_else(|| panic!("unknown code {code}")),
                 )

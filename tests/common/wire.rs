@@ -5,12 +5,11 @@
 //! suite looks into it between operations whatever the transport.
 
 use agentledger::engine::Engine;
-use agentledger::server::http::{router, AppState, HttpOptions};
 use agentledger::server::ledger::{channel, Jobs};
 use agentledger::server::metrics::Metrics;
+use agentledger::server::{router, AppState, HttpOptions};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
-use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
@@ -36,7 +35,7 @@ pub struct Wire {
     pub token: String,
     jobs: Jobs,
     socket: Option<tokio::sync::mpsc::UnboundedSender<Outgoing>>,
-    stopping: Arc<AtomicBool>,
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl Wire {
@@ -54,9 +53,9 @@ impl Wire {
             .build()
             .unwrap();
         let (handle, jobs) = channel(engine.log().clone(), Arc::new(Metrics::new()));
-        let stopping = Arc::new(AtomicBool::new(false));
+        let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
         let token = agentledger::auth::tokens::generate().unwrap();
-        let app = router(AppState::new(handle, opts, stopping.clone(), &token));
+        let app = router(AppState::new(handle, opts, stopping_rx, &token));
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
@@ -205,7 +204,6 @@ impl Wire {
 
 impl Drop for Wire {
     fn drop(&mut self) {
-        self.stopping
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stopping.send_replace(true);
     }
 }

@@ -1,0 +1,95 @@
+//! What an operator watches and starts: `/metrics`, `/readyz` and the
+//! rebuild of the views beside the live ones.
+
+use super::access::{admitted, caller, read_job, Asked, Permit};
+use super::answer::{failure_response, gone, timed_out};
+use super::ledger::{grant_of, Gone};
+use super::state::AppState;
+use crate::codes::Code;
+use crate::protocol::Failure;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Where the rebuild of the views stands (`{"rebuild":null}` when none
+/// ran in this process).
+pub(super) async fn rebuild_status(State(s): State<AppState>, headers: Asked) -> Response {
+    let c = match caller(&s, &headers) {
+        Ok(c) => c,
+        Err(f) => return failure_response(f),
+    };
+    let response = match read_job(&s, c, |engine| Ok(engine.rebuild_status())).await {
+        Ok(status) => axum::Json(serde_json::json!({ "rebuild": status })).into_response(),
+        Err(r) => r,
+    };
+    s.ledger
+        .metrics
+        .http("/v1/rebuild", response.status().as_u16());
+    response
+}
+
+/// Start rebuilding the views beside the live ones (the operator only):
+/// answered at once with where it stands; `GET` follows it, and the serve
+/// loop swaps the fresh views in when they are built.
+pub(super) async fn rebuild_start(State(s): State<AppState>, headers: Asked) -> Response {
+    let c = match caller(&s, &headers) {
+        Ok(c) => c,
+        Err(f) => return failure_response(f),
+    };
+    let call = s.ledger.call(move |engine| {
+        let grant = grant_of(engine, &c)?;
+        if grant.principal != crate::auth::Principal::Operator {
+            return Err(Failure::new(
+                Code::Forbidden,
+                format!(
+                    "{} may not rebuild the views: only the operator may",
+                    grant.principal
+                ),
+            ));
+        }
+        engine
+            .start_rebuild()
+            .map_err(|e| Failure::new(e.code(), e.to_string()))
+    });
+    let response = match s.in_time(call).await {
+        Ok(Ok(Ok(status))) => axum::Json(serde_json::json!({ "rebuild": status })).into_response(),
+        Ok(Ok(Err(f))) => failure_response(f),
+        Ok(Err(Gone)) => gone(),
+        Err(_) => timed_out(s.opts.timeout),
+    };
+    s.ledger
+        .metrics
+        .http("/v1/rebuild", response.status().as_u16());
+    response
+}
+
+pub(super) async fn metrics(State(s): State<AppState>, headers: Asked) -> Response {
+    if let Err(r) = admitted(&s, &headers, Permit::Read).await {
+        return r;
+    }
+    let metrics = s.ledger.metrics.clone();
+    // Lags are read on the ledger thread; a busy ledger still gets its
+    // counters scraped.
+    let observe = s.ledger.call(move |engine| metrics.observe_lags(engine));
+    let _ = tokio::time::timeout(Duration::from_secs(2), observe).await;
+    let mut r = (StatusCode::OK, s.ledger.metrics.render()).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    r
+}
+
+pub(super) async fn ready(State(s): State<AppState>) -> Response {
+    if s.ledger.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "catching up with the log\n",
+        )
+            .into_response()
+    }
+}

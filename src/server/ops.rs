@@ -1,0 +1,192 @@
+//! `POST /v1/ops`: one operation as JSON, or many as ndjson; one SSE event
+//! when the caller prefers `text/event-stream`.
+
+use super::access::{caller, request_slot, Asked};
+use super::answer::{
+    failure_response, gone, json_response, reply_text, status_of, timed_out, with_status,
+};
+use super::ledger::{Caller, Gone, Line};
+use super::state::AppState;
+use crate::apply::parse_line;
+use crate::codes::Code;
+use crate::protocol::{Failure, Reply};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+/// Whether the caller prefers one SSE event to a JSON body.
+pub(super) fn prefers_event_stream(headers: &HeaderMap) -> bool {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    // RFC 9110 §12.5.1: the highest q wins; on a tie, the one listed first.
+    let mut best: Option<(f32, bool)> = None;
+    for range in accept.split(',') {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let q = parts
+            .filter_map(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .or_else(|| p.trim().strip_prefix("Q="))
+            })
+            .find_map(|q| q.trim().parse::<f32>().ok())
+            .unwrap_or(1.0);
+        let sse = match media.as_str() {
+            "text/event-stream" => true,
+            "application/json" => false,
+            _ => continue,
+        };
+        if q > 0.0 && best.is_none_or(|(b, _)| q > b) {
+            best = Some((q, sse));
+        }
+    }
+    best.is_some_and(|(_, sse)| sse)
+}
+
+pub(super) fn is_ndjson(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| {
+            t.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/x-ndjson")
+        })
+}
+
+/// Split an ndjson body into request lines (blank lines are skipped, as
+/// `apply` skips them).
+pub(super) fn ndjson_lines(body: &[u8]) -> Vec<Line> {
+    body.split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .map(parse_line)
+        .collect()
+}
+
+pub(super) async fn ops(
+    State(s): State<AppState>,
+    headers: Asked,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let response = match caller(&s, &headers) {
+        Ok(c) => ops_inner(&s, c, &headers, body).await,
+        Err(f) => failure_response(f),
+    };
+    s.ledger.metrics.http("/v1/ops", response.status().as_u16());
+    response
+}
+
+pub(super) async fn ops_inner(
+    s: &AppState,
+    caller: Caller,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let _slot = match request_slot(s, &caller) {
+        Ok(slot) => slot,
+        Err(f) => return failure_response(f),
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return failure_response(Failure::new(
+                Code::LineTooLong,
+                format!(
+                    "request body exceeds the limit of {} bytes",
+                    s.opts.max_body
+                ),
+            ))
+        }
+        Err(r) => return failure_response(Failure::new(Code::InvalidRequest, r.body_text())),
+    };
+    let ndjson = is_ndjson(headers);
+    let lines = if ndjson {
+        ndjson_lines(&body)
+    } else {
+        vec![parse_line(&body)]
+    };
+    if lines.len() > crate::limits::MAX_OPS_PER_BODY {
+        // A request too large in operations rather than bytes: 413 all the same.
+        return with_status(StatusCode::PAYLOAD_TOO_LARGE, Failure::new(
+            Code::LimitExceeded,
+            format!(
+                "the body holds {} operations; at most {} are answered per request (nothing was applied)",
+                lines.len(),
+                crate::limits::MAX_OPS_PER_BODY
+            ),
+        ));
+    }
+    let replies = match s.in_time(s.ledger.ops(caller, lines)).await {
+        Ok(Ok(Ok(r))) => r,
+        Ok(Ok(Err(f))) => return failure_response(f),
+        Ok(Err(Gone)) => return gone(),
+        Err(_) => return timed_out(s.opts.timeout),
+    };
+    if ndjson {
+        let mut text = String::new();
+        for r in &replies {
+            text.push_str(&reply_text(r));
+            text.push('\n');
+        }
+        let mut r = (StatusCode::OK, text).into_response();
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-ndjson"),
+        );
+        return r;
+    }
+    let Some(reply) = replies.into_iter().next() else {
+        return gone();
+    };
+    let status = match &reply {
+        Reply::Done(_) => StatusCode::OK,
+        Reply::Failed(f) => status_of(f.error.code),
+    };
+    if prefers_event_stream(headers) {
+        let mut r = (
+            status,
+            format!("event: message\ndata: {}\n\n", reply_text(&reply)),
+        )
+            .into_response();
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        return r;
+    }
+    json_response(status, reply_text(&reply))
+}
+
+#[cfg(test)]
+mod accept_tests {
+    use super::*;
+
+    fn prefers(accept: &str) -> bool {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, HeaderValue::from_str(accept).unwrap());
+        prefers_event_stream(&h)
+    }
+
+    #[test]
+    fn the_highest_q_wins_and_a_tie_goes_to_the_first() {
+        assert!(prefers("text/event-stream"));
+        assert!(!prefers("application/json"));
+        assert!(prefers("application/json;q=0.1, text/event-stream;q=0.9"));
+        assert!(!prefers("text/event-stream;q=0.5, application/json"));
+        assert!(prefers("text/event-stream, application/json"));
+        assert!(!prefers("application/json, text/event-stream"));
+        assert!(!prefers("text/event-stream;q=0"));
+        assert!(prefers("Text/Event-Stream"));
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("Application/X-NDJSON"),
+        );
+        assert!(is_ndjson(&h));
+    }
+}
