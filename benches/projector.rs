@@ -3,11 +3,11 @@
 //! raw sled is measured by `tools/bench-rebuild`.
 
 use agentledger::codec;
+use agentledger::engine::synthetic::{chain_records, write_synthetic_log};
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use agentledger::log::Log;
 use agentledger::model::Topic;
 use agentledger::projector::project_all;
-use agentledger::synthetic::{chain_records, write_synthetic_log};
 use agentledger::views::Views;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 

@@ -11,7 +11,7 @@
 //! Usage: bench_dispatch [SAMPLES=200] [KAFKA_BOOTSTRAP]
 
 use agentledger::engine::{Engine, EngineOptions};
-use agentledger::log::kafka_config::KafkaConfig;
+use agentledger::log::kafka::KafkaConfig;
 use agentledger::server::HttpOptions;
 
 #[allow(dead_code)]

@@ -13,8 +13,8 @@
 
 use agentledger::apply::apply_value;
 use agentledger::engine::{Engine, EngineOptions};
+use agentledger::log::kafka::KafkaConfig;
 use agentledger::log::kafka::KafkaLog;
-use agentledger::log::kafka_config::KafkaConfig;
 use agentledger::log::Log;
 use agentledger::model::Topic;
 use agentledger::projector::project_all;
@@ -22,7 +22,7 @@ use agentledger::projector::project_all;
 // Only the median is used here.
 #[allow(dead_code)]
 mod support;
-use agentledger::synthetic::write_synthetic_log;
+use agentledger::engine::synthetic::write_synthetic_log;
 use agentledger::views::Views;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};

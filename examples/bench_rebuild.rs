@@ -10,9 +10,9 @@
 //! flatness is seen, not asserted. Run through `tools/bench-rebuild
 //! [EVENTS] [REPS]`.
 
+use agentledger::engine::synthetic::write_synthetic_log;
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use agentledger::projector::{project_all, PROJECT_BATCH};
-use agentledger::synthetic::write_synthetic_log;
 use agentledger::views::Views;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -131,7 +131,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
     {
-        agentledger::views::set_cache_bytes(mb << 20);
+        agentledger::views::db::set_cache_bytes(mb << 20);
     }
     let tmp = tempfile::tempdir().unwrap();
     let t = Instant::now();
@@ -159,7 +159,7 @@ fn main() {
             stop.store(true, Ordering::Relaxed);
             let samples = s.join().unwrap();
             let peak = samples.iter().map(|s| s.1).max().unwrap_or(0);
-            let cache_mib = agentledger::views::cache_bytes() >> 20;
+            let cache_mib = agentledger::views::db::cache_bytes() >> 20;
             println!(
                 "rep 0: resident memory while rebuilding: start {} MiB, peak {} MiB, end {} MiB (views cache {cache_mib} MiB; {} samples)",
                 samples.first().map_or(0, |s| s.1) >> 20,

@@ -170,10 +170,10 @@ fn raw_kafka_pipelined(brokers: &str, topic_prefix: &str, n: usize) -> f64 {
     n as f64 / t.elapsed().as_secs_f64()
 }
 
-fn kafka_config(brokers: &str, topic_prefix: &str) -> agentledger::log::kafka_config::KafkaConfig {
-    agentledger::log::kafka_config::KafkaConfig {
+fn kafka_config(brokers: &str, topic_prefix: &str) -> agentledger::log::kafka::KafkaConfig {
+    agentledger::log::kafka::KafkaConfig {
         topic_prefix: topic_prefix.to_string(),
-        ..agentledger::log::kafka_config::KafkaConfig::new(brokers)
+        ..agentledger::log::kafka::KafkaConfig::new(brokers)
     }
 }
 

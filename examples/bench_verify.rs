@@ -12,10 +12,10 @@
 use agentledger::audit::checkpoint::{self, Span, CHAINED_TOPICS};
 use agentledger::audit::verify::verify_log;
 use agentledger::audit::GENESIS;
+use agentledger::engine::synthetic::write_synthetic_log;
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use agentledger::log::Log;
 use agentledger::model::Topic;
-use agentledger::synthetic::write_synthetic_log;
 use sha2::{Digest, Sha256};
 use std::ops::ControlFlow;
 use std::time::Instant;

@@ -17,7 +17,7 @@ pub enum LedgerError {
     #[error("views: {0}")]
     Views(#[from] crate::views::ViewError),
     #[error("content store: {0}")]
-    Store(crate::content_store::StoreError),
+    Store(crate::content::store::StoreError),
     /// Another process holds the data directory.
     #[error("data dir {0} is in use by another agentledger process")]
     DataDirInUse(std::path::PathBuf),
@@ -97,15 +97,15 @@ impl From<LogError> for LedgerError {
     }
 }
 
-impl From<crate::content_store::StoreError> for LedgerError {
-    fn from(e: crate::content_store::StoreError) -> Self {
+impl From<crate::content::store::StoreError> for LedgerError {
+    fn from(e: crate::content::store::StoreError) -> Self {
         match e {
-            crate::content_store::StoreError::TooLarge { .. } => {
+            crate::content::store::StoreError::TooLarge { .. } => {
                 Refusal::new(Code::TooLarge, e.to_string()).into()
             }
             // The cluster holding the shared content is the log's: its
             // failures are the log's (503, retry).
-            crate::content_store::StoreError::Shared(e) => e.into(),
+            crate::content::store::StoreError::Shared(e) => e.into(),
             e => LedgerError::Store(e),
         }
     }

@@ -21,7 +21,7 @@
 //! - [`context`]: the IETF draft's TaskContext/AgentContext and their rules
 //!   (R11–R15), decide and evolve.
 //! - [`loops`]: the publish-time loop search (R10).
-//! - [`codes`]: every refusal and failure code; [`limits`]: every limit;
+//! - [`codes`]: every refusal and failure code; [`model::limits`]: every limit;
 //!   [`error`]: the typed errors.
 //!
 //! The shell:
@@ -31,17 +31,18 @@
 //!   [`projector::driver`] reads the log to do it).
 //! - [`audit`]: hash chain, checkpoints and their attestation, `verify`,
 //!   exports.
-//! - [`content_store`]: content by digest, swept by reference expiry;
-//!   [`content_share`]: the same content shared through the log (Kafka).
+//! - [`content`]: content by digest, swept by reference expiry, and the
+//!   same content shared through the log (Kafka).
 //! - [`engine`]: one operation at a time — decide, commit
 //!   ([`engine`]'s `commit`: encode → append → project its own records),
 //!   dispatch (R7), the data dir and its trusted views.
 //! - [`encode`]: percent-encoded path segments and XML text, shared by
 //!   the outputs.
-//! - [`apply`]: the JSON-lines interface; [`report`]: trails for people and
-//!   machines; [`picture`]: a chain drawn as DOT or SVG; [`published`]: the
-//!   CloudEvents downstream consumers read; [`trace`]: chains as
-//!   OpenTelemetry GenAI spans; [`rebuild`]: fresh views from the log; [`synthetic`]:
+//! - [`apply`]: the JSON-lines interface; [`queries`]: the read-only
+//!   questions, and trails for people and machines; [`picture`]: a chain
+//!   drawn as DOT or SVG; [`engine::published`]: the CloudEvents downstream
+//!   consumers read; [`trace`]: chains as OpenTelemetry GenAI spans;
+//!   [`rebuild`]: fresh views from the log; [`engine::synthetic`]:
 //!   generated ledgers for benchmarks.
 
 pub mod apply;
@@ -49,28 +50,22 @@ pub mod audit;
 pub mod auth;
 pub mod codec;
 pub mod codes;
-pub mod content_share;
-pub mod content_store;
+pub mod content;
 pub mod context;
 pub mod encode;
 pub mod engine;
 pub mod erasure;
 pub mod error;
-pub mod limits;
 pub mod log;
 pub mod loops;
 pub mod model;
 pub mod picture;
-pub mod private_files;
 pub mod projector;
 pub mod protocol;
-pub mod published;
 pub mod queries;
 pub mod rebuild;
-pub mod report;
 pub mod rules;
 pub mod server;
-pub mod synthetic;
 pub mod trace;
 pub mod views;
 

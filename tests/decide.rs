@@ -274,7 +274,7 @@ fn r8_a_listener_reads_by_contract_name_and_each_read_is_a_step() {
     }
     // Damaged bytes in the store: refused, and recorded.
     let mut damaged = |_: &ArtifactRef| {
-        Err(agentledger::content_store::StoreError::DigestMismatch {
+        Err(agentledger::content::store::StoreError::DigestMismatch {
             uri: "cas://sha256/…".into(),
             found: "other".into(),
         }

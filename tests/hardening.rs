@@ -46,7 +46,7 @@ fn ledger_at(dir: &std::path::Path, clock: &TestClock) -> Ledger {
     Ledger::open_with(dir, &Backend::Embedded, clock.options())
 }
 
-fn sweep(engine: &mut Engine) -> agentledger::content_store::SweepReport {
+fn sweep(engine: &mut Engine) -> agentledger::content::store::SweepReport {
     engine.sweep_content(Duration::ZERO).unwrap()
 }
 
@@ -441,7 +441,7 @@ fn an_operation_whose_records_are_durable_is_answered_ok_when_its_checkpoint_fai
     let engine = Engine::with_parts(
         log.clone(),
         agentledger::views::Views::open(d.path().join("views")).unwrap(),
-        agentledger::content_store::ContentStore::open(d.path().join("blobs")).unwrap(),
+        agentledger::content::store::ContentStore::open(d.path().join("blobs")).unwrap(),
         common::fixed_clock_options(),
     );
     let mut l = Ledger::around(engine, d.path());
@@ -509,7 +509,7 @@ fn a_record_over_the_log_limit_is_refused_too_large_and_the_next_lines_apply() {
     l.publish("dev", "acme/platform", &[], &[]);
     l.open_run("r1", "dev");
     // A summary is stored in the record itself: past the record limit.
-    let summary = "s".repeat(agentledger::limits::MAX_RECORD_BYTES + 1);
+    let summary = "s".repeat(agentledger::model::limits::MAX_RECORD_BYTES + 1);
     assert_eq!(
         l.refused(json!({"op":"close_run","run":"r1","status":"succeeded","summary":summary})),
         "too_large"
@@ -518,7 +518,7 @@ fn a_record_over_the_log_limit_is_refused_too_large_and_the_next_lines_apply() {
     let mut artifacts = BTreeMap::new();
     artifacts.insert(
         "big".to_string(),
-        vec![0u8; agentledger::limits::MAX_BLOB_BYTES + 1],
+        vec![0u8; agentledger::model::limits::MAX_BLOB_BYTES + 1],
     );
     let e = l
         .engine
@@ -747,7 +747,7 @@ fn labels_that_hide_what_they_say_and_scopes_that_climb_are_refused() {
 
 #[test]
 fn names_and_labels_a_writer_never_checked_are_escaped_in_the_trail() {
-    use agentledger::report::shown;
+    use agentledger::queries::report::shown;
     assert_eq!(shown("area:acme/platform"), "area:acme/platform");
     assert_eq!(shown("un\u{200B}trusted"), "\"un\\u{200b}trusted\"");
     assert_eq!(shown("a\u{202E}b"), "\"a\\u{202e}b\"");

@@ -16,7 +16,7 @@ mod common;
 
 use agentledger::codec;
 use agentledger::engine::Engine;
-use agentledger::log::kafka_config::KafkaConfig;
+use agentledger::log::kafka::KafkaConfig;
 use agentledger::model::Topic;
 use agentledger::projector::project_all;
 use agentledger::views::Views;

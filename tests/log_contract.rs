@@ -7,8 +7,8 @@
 
 mod common;
 
+use agentledger::log::kafka::KafkaConfig;
 use agentledger::log::kafka::KafkaLog;
-use agentledger::log::kafka_config::KafkaConfig;
 use agentledger::log::{Log, LogError};
 use agentledger::model::Topic;
 use common::*;

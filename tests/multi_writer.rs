@@ -8,10 +8,10 @@
 mod common;
 
 use agentledger::apply::apply_value;
-use agentledger::content_store::ContentStore;
+use agentledger::content::store::ContentStore;
 use agentledger::engine::{Engine, EngineOptions};
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
-use agentledger::log::kafka_config::KafkaConfig;
+use agentledger::log::kafka::KafkaConfig;
 use agentledger::views::Views;
 use serde_json::{json, Value};
 use std::sync::Arc;

@@ -10,7 +10,7 @@
 mod common;
 
 use agentledger::auth::Grant;
-use agentledger::content_store::ContentStore;
+use agentledger::content::store::ContentStore;
 use agentledger::engine::Engine;
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use agentledger::log::{Appending, Log, LogError, LogRecord};

@@ -6,12 +6,12 @@
 
 mod common;
 
+use agentledger::engine::synthetic::write_synthetic_log;
 use agentledger::engine::DataDir;
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
+use agentledger::log::kafka::KafkaConfig;
 use agentledger::log::kafka::KafkaLog;
-use agentledger::log::kafka_config::KafkaConfig;
 use agentledger::log::Log;
-use agentledger::synthetic::write_synthetic_log;
 use common::server::{base_args, http, post_ok, start};
 use serde_json::{json, Value};
 use std::process::Command;

@@ -75,7 +75,7 @@ fn r2_hop_eight_runs_publishes_artifacts_but_withholds_events(on: &On) {
         .iter()
         .find(|s| matches!(s.event, LedgerEvent::RunClosed(_)))
         .unwrap();
-    let line = agentledger::report::step_line(&runs[8], closing);
+    let line = agentledger::queries::report::step_line(&runs[8], closing);
     assert!(
         line.contains(
             "events WITHHELD (code.ready): this run is at hop 8, the limit of the chain started by r0"
@@ -282,7 +282,7 @@ fn r6_run_without_chain_position_publishes_nothing_further(on: &On) {
         .iter()
         .find(|s| matches!(s.event, LedgerEvent::RunClosed(_)))
         .unwrap();
-    assert!(!agentledger::report::step_line("x2", closing).contains("chain is unknown"));
+    assert!(!agentledger::queries::report::step_line("x2", closing).contains("chain is unknown"));
 }
 
 fn r7_no_finished_run_skipped_or_dispatched_twice(on: &On) {
@@ -346,7 +346,7 @@ fn r8_listener_reads_only_contract_names_and_each_read_is_a_tool_call(on: &On) {
     let resp = a["opened"][0]["run"].as_str().unwrap().to_string();
     // The listener sees names, refs, digests, source run, labels: never bytes.
     let opened_step = &l.engine.trail(&resp, false).unwrap()[0];
-    let shown = agentledger::report::step_json(&resp, opened_step).to_string();
+    let shown = agentledger::queries::report::step_json(&resp, opened_step).to_string();
     assert!(shown.contains("triage_summary") && shown.contains("sha256:"));
     assert!(!shown.contains("SECRET-BODY"));
     assert!(!shown.contains("suspected_cause"));

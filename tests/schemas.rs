@@ -33,7 +33,8 @@ fn published_topic_and_checkpoints_match_their_schemas() {
     assert!(published.iter().all(|p| p["subject"] != json!(runs[8])));
     // Each parses as the type the dispatcher wrote, and prints the same.
     for p in &published {
-        let e: agentledger::published::CloudEvent = serde_json::from_value(p.clone()).unwrap();
+        let e: agentledger::engine::published::CloudEvent =
+            serde_json::from_value(p.clone()).unwrap();
         assert_eq!(&serde_json::to_value(&e).unwrap(), p);
     }
     let v = validator("published_event.json");

@@ -764,9 +764,9 @@ fn sigkill_under_64_writers(kafka: Option<(String, String)>) {
             common::Ledger::open(&data).engine
         }
         Some((brokers, prefix)) => {
-            let cfg = agentledger::log::kafka_config::KafkaConfig {
+            let cfg = agentledger::log::kafka::KafkaConfig {
                 topic_prefix: prefix.clone(),
-                ..agentledger::log::kafka_config::KafkaConfig::new(brokers.clone())
+                ..agentledger::log::kafka::KafkaConfig::new(brokers.clone())
             };
             agentledger::engine::Engine::open_kafka(
                 d.path().join("after"),
@@ -840,7 +840,7 @@ fn past_its_limits_the_server_says_so_and_applies_nothing() {
     );
     let c = http(&s.url);
     // Too many operations in one body: 413, nothing applied.
-    let many: Vec<String> = (0..=agentledger::limits::MAX_OPS_PER_BODY)
+    let many: Vec<String> = (0..=agentledger::model::limits::MAX_OPS_PER_BODY)
         .map(|i| json!({"op":"publish_agent","agent":format!("a{i}"),"scope":"acme/x"}).to_string())
         .collect();
     let r = c
@@ -887,7 +887,7 @@ fn past_its_limits_the_server_says_so_and_applies_nothing() {
 
     // One request at a time: while a long body is answered, another
     // request is turned away with 503 and Retry-After.
-    let long: Vec<String> = (0..agentledger::limits::MAX_OPS_PER_BODY)
+    let long: Vec<String> = (0..agentledger::model::limits::MAX_OPS_PER_BODY)
         .map(|i| json!({"op":"publish_agent","agent":format!("b{i}"),"scope":"acme/x"}).to_string())
         .collect();
     let url = s.url.clone();

@@ -8,10 +8,10 @@
 mod common;
 
 use agentledger::apply::apply_value;
-use agentledger::content_share::SharedContent;
+use agentledger::content::share::SharedContent;
 use agentledger::engine::{Engine, EngineOptions};
+use agentledger::log::kafka::KafkaConfig;
 use agentledger::log::kafka::KafkaLog;
-use agentledger::log::kafka_config::KafkaConfig;
 use agentledger::log::Log;
 use agentledger::model::Topic;
 use common::*;
@@ -361,7 +361,7 @@ fn the_same_bytes_put_in_a_burst_are_published_once() {
         .unwrap();
     assert_eq!(records() - before, 4);
     std::thread::sleep(Duration::from_millis(
-        agentledger::content_share::REPUBLISH_AFTER_MS + 100,
+        agentledger::content::share::REPUBLISH_AFTER_MS + 100,
     ));
     share.publish(&sha, &bytes).unwrap();
     assert_eq!(records() - before, 6, "after the burst: written again");

@@ -72,7 +72,7 @@ fn context_sealed_on_one_instance_opens_on_another_and_forgetting_erases_it_ever
     let (a, b, c) = (d.path().join("a"), d.path().join("b"), d.path().join("c"));
     let (code, fingerprint, err) = common::cli(&a, &["key", "generate", "--seal"]);
     assert_eq!(code, 0, "{err}");
-    agentledger::private_files::create_dir_all(&b).unwrap();
+    agentledger::log::private_files::create_dir_all(&b).unwrap();
     std::fs::copy(a.join("seal.key"), b.join("seal.key")).unwrap();
     let (code, shown, _) = common::cli(&b, &["key", "show", "--seal"]);
     assert_eq!((code, shown.trim()), (0, fingerprint.trim()));
@@ -118,9 +118,9 @@ fn context_sealed_on_one_instance_opens_on_another_and_forgetting_erases_it_ever
         }
     }
     // The topic holds the key wrapped, never as the key file holds it.
-    let log = KafkaLog::connect(&agentledger::log::kafka_config::KafkaConfig {
+    let log = KafkaLog::connect(&agentledger::log::kafka::KafkaConfig {
         topic_prefix: fleet.prefix.clone(),
-        ..agentledger::log::kafka_config::KafkaConfig::new(brokers)
+        ..agentledger::log::kafka::KafkaConfig::new(brokers)
     })
     .unwrap();
     let tag = agentledger::erasure::keys::tag("t1");

@@ -279,7 +279,7 @@ fn a_principal_that_writes_nothing_cannot_fill_a_trail_with_refusals() {
     for principal in ["consumer", "auditor"] {
         let token = issue(url, principal, &[]);
         // A whole body of refused lines, as many as a body may hold.
-        let lines: Vec<String> = (0..agentledger::limits::MAX_OPS_PER_BODY)
+        let lines: Vec<String> = (0..agentledger::model::limits::MAX_OPS_PER_BODY)
             .map(|_| close("a1", &[]).to_string())
             .collect();
         let answers = server::client()
@@ -314,7 +314,7 @@ fn a_principal_that_writes_nothing_cannot_fill_a_trail_with_refusals() {
         .unwrap()
         .text()
         .unwrap();
-    let unrecorded = (agentledger::limits::MAX_OPS_PER_BODY - 1).to_string();
+    let unrecorded = (agentledger::model::limits::MAX_OPS_PER_BODY - 1).to_string();
     for principal in ["consumer", "auditor"] {
         let line = format!(
             "agentledger_forbidden_unrecorded_total{{principal=\"{principal}\"}} {unrecorded}"
@@ -327,7 +327,7 @@ fn a_principal_that_writes_nothing_cannot_fill_a_trail_with_refusals() {
         .unwrap_or_else(|| panic!("no forbidden refusals counted:\n{metrics}"));
     let n: usize = forbidden.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(
-        n >= 2 * agentledger::limits::MAX_OPS_PER_BODY,
+        n >= 2 * agentledger::model::limits::MAX_OPS_PER_BODY,
         "{forbidden}"
     );
 }

@@ -311,7 +311,7 @@ fn assert_no_token_anywhere(s: &Setup, dir: &Path, answers: &[String]) {
             .trail("m1", true)
             .unwrap()
             .iter()
-            .map(|st| agentledger::report::step_line("m1", st))
+            .map(|st| agentledger::queries::report::step_line("m1", st))
             .collect();
     for (who, token) in &s.tokens {
         if *who == "operator" {

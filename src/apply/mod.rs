@@ -13,7 +13,7 @@ use std::io::{BufRead, Write};
 
 /// Longest line `apply` accepts, without its line end; longer lines are
 /// answered `line_too_long` without being held in memory whole.
-pub use crate::limits::MAX_LINE_BYTES;
+pub use crate::model::limits::MAX_LINE_BYTES;
 
 /// Totals of an `apply` session.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -28,6 +28,7 @@ pub mod note;
 pub mod published_check;
 pub mod recent;
 pub mod signed;
+pub mod since;
 pub mod tiles;
 pub mod verify;
 pub mod witness;

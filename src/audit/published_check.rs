@@ -12,11 +12,11 @@
 
 use super::findings::{mismatch, Mismatch};
 use crate::codec;
+use crate::engine::published::{CloudEvent, Publisher};
 use crate::error::Result;
 use crate::log::Log;
 use crate::model::Topic;
 use crate::model::{ids, LedgerEvent, Run};
-use crate::published::{CloudEvent, Publisher};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 

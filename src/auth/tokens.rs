@@ -118,10 +118,10 @@ pub fn decide_issue(
         };
         Refusal::new(code, e.to_string())
     })?;
-    crate::limits::check_count(
+    crate::model::limits::check_count(
         "scopes of a token",
         grant.scopes.len(),
-        crate::limits::MAX_ACCESS_SCOPES,
+        crate::model::limits::MAX_ACCESS_SCOPES,
     )?;
     let expires_at_ms = match cmd.expires_in_s {
         Some(0) => {

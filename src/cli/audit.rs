@@ -1,6 +1,7 @@
 //! Auditor commands: verify (the log or an export), checkpoint, export.
 
-use super::{open_engine, Cli};
+use super::args::Cli;
+use super::open::open_engine;
 use agentledger::audit::verify::verify_export_trusting;
 use agentledger::queries::{self, Query};
 use anyhow::{Context, Result};
@@ -91,9 +92,9 @@ pub fn verify(cli: &Cli, asked: VerifyAsked<'_>) -> Result<i32> {
         }
         return super::inspect::print(&server.verify(cli.json, trust.as_ref(), published)?);
     }
-    let (_lock, log) = super::open_log_read_only(cli)?;
+    let (_lock, log) = super::open::open_log_read_only(cli)?;
     let total = agentledger::rebuild::projected_records(log.as_ref())?;
-    let bar = super::progress_bar(cli, total, "verifying");
+    let bar = super::rebuild::progress_bar(cli, total, "verifying");
     let said = queries::verify(
         log.as_ref(),
         cli.json,
@@ -184,20 +185,20 @@ pub fn export(
 /// A new key's file (mode 0600, its directory made private if new).
 fn write_key_file(path: &std::path::Path, text: &str) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        agentledger::private_files::create_dir_all(dir)
+        agentledger::log::private_files::create_dir_all(dir)
             .with_context(|| format!("creating {}", dir.display()))?;
     }
-    agentledger::private_files::write(path, format!("{text}\n"))
+    agentledger::log::private_files::write(path, format!("{text}\n"))
         .with_context(|| format!("writing {}", path.display()))
 }
 
 /// `key generate` / `key show`.
-pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
+pub fn key(cli: &Cli, command: &super::args::KeyCommand) -> Result<i32> {
     use agentledger::audit::note::{KeyKind, SignerKey};
     let place = |witness: bool, file: &Option<std::path::PathBuf>| match (file, witness) {
         (Some(f), _) => f.clone(),
         (None, true) => cli.data.join("witness.key"),
-        (None, false) => super::checkpoint_key_path(cli),
+        (None, false) => super::open::checkpoint_key_path(cli),
     };
     let what = |witness: bool| {
         if witness {
@@ -207,8 +208,8 @@ pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
         }
     };
     match command {
-        super::KeyCommand::Generate { seal: true, .. } => {
-            let path = super::seal_key_path(cli);
+        super::args::KeyCommand::Generate { seal: true, .. } => {
+            let path = super::open::seal_key_path(cli);
             if path.exists() {
                 anyhow::bail!(
                     "{} exists: a seal key is never replaced silently (every task key shared on Kafka is wrapped with it)",
@@ -225,8 +226,8 @@ pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
             outln!("{}", key.fingerprint());
             Ok(0)
         }
-        super::KeyCommand::Show { seal: true, .. } => {
-            let path = super::seal_key_path(cli);
+        super::args::KeyCommand::Show { seal: true, .. } => {
+            let path = super::open::seal_key_path(cli);
             let text = std::fs::read_to_string(&path).with_context(|| {
                 format!(
                     "reading the seal key {} (make one with `agentledger key generate --seal`)",
@@ -238,7 +239,7 @@ pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
             outln!("{}", key.fingerprint());
             Ok(0)
         }
-        super::KeyCommand::Generate {
+        super::args::KeyCommand::Generate {
             name,
             witness,
             key_file,
@@ -276,7 +277,7 @@ pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
             outln!("{}", key.verifier());
             Ok(0)
         }
-        super::KeyCommand::Show {
+        super::args::KeyCommand::Show {
             witness, key_file, ..
         } => {
             let path = place(*witness, key_file);
@@ -300,7 +301,7 @@ pub fn key(cli: &Cli, command: &super::KeyCommand) -> Result<i32> {
 /// sizes asked for do not exist.
 pub fn proof(
     cli: &Cli,
-    what: &super::ProofCommand,
+    what: &super::args::ProofCommand,
     topic: &str,
     partition: u32,
     size: Option<u64>,
@@ -315,7 +316,7 @@ pub fn proof(
     if super::remote::server_for(cli)?.is_some() {
         anyhow::bail!("proof reads the log itself; stop the server on this data dir first");
     }
-    let (_lock, log) = super::open_log_read_only(cli)?;
+    let (_lock, log) = super::open::open_log_read_only(cli)?;
     if partition >= log.partitions(t) {
         anyhow::bail!(
             "--partition {partition}: {topic} has {} partitions",
@@ -329,11 +330,11 @@ pub fn proof(
         return Ok(1);
     }
     let want = match what {
-        super::ProofCommand::Inclusion { offset } => Wanted::Inclusion {
+        super::args::ProofCommand::Inclusion { offset } => Wanted::Inclusion {
             index: *offset,
             size,
         },
-        super::ProofCommand::Consistency { old } => Wanted::Consistency { old: *old, size },
+        super::args::ProofCommand::Consistency { old } => Wanted::Consistency { old: *old, size },
     };
     // Straight from the records, memory O(log n) (the tiles a server keeps
     // are derived data; this answers for the log itself).
@@ -341,10 +342,10 @@ pub fn proof(
     leaf_hashes(log.as_ref(), t, partition, 0, size, &mut |h| tree.push(h))?;
     let root = tree.root_at(size).unwrap_or_default();
     let (kind, at, proof) = match what {
-        super::ProofCommand::Inclusion { offset } => {
+        super::args::ProofCommand::Inclusion { offset } => {
             ("inclusion", *offset, tree.inclusion(*offset, size))
         }
-        super::ProofCommand::Consistency { old } => {
+        super::args::ProofCommand::Consistency { old } => {
             ("consistency", *old, tree.consistency(*old, size))
         }
     };
@@ -356,8 +357,8 @@ pub fn proof(
     let mut out = json!({"topic": topic, "partition": partition, "tree_size": size,
                          "root": b64(&root), "hashes": hashes});
     match what {
-        super::ProofCommand::Inclusion { .. } => out["leaf_index"] = json!(at),
-        super::ProofCommand::Consistency { .. } => {
+        super::args::ProofCommand::Inclusion { .. } => out["leaf_index"] = json!(at),
+        super::args::ProofCommand::Consistency { .. } => {
             out["old_size"] = json!(at);
             out["old_root"] = json!(b64(&tree.root_at(at).unwrap_or_default()));
         }

@@ -3,7 +3,7 @@
 
 use agentledger::apply::apply_value;
 use agentledger::engine::{Engine, EngineOptions};
-use agentledger::report;
+use agentledger::queries::report;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -66,8 +66,8 @@ fn prepare(dir: &Path) -> Result<()> {
         }
         std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
     }
-    agentledger::private_files::create_dir_all(dir)?;
-    agentledger::private_files::write(
+    agentledger::log::private_files::create_dir_all(dir)?;
+    agentledger::log::private_files::write(
         &dir.join(MARKER),
         "made by agentledger demo; safe to delete\n",
     )?;

@@ -2,7 +2,8 @@
 //! `agentledger::queries`'; this prints them, from the data dir or through
 //! the server that owns it.
 
-use super::{open_engine_read_only, Cli};
+use super::args::Cli;
+use super::open::open_engine_read_only;
 use agentledger::queries::{self, Query, Said};
 use anyhow::{Context as _, Result};
 use std::io::Write as _;

@@ -3,7 +3,7 @@
 //! through `<data>/serve.addr` (or `--server URL`) and ask it, printing
 //! exactly what they print from the data dir.
 
-use super::Cli;
+use super::args::Cli;
 use agentledger::apply::Line;
 use agentledger::protocol::{Answer, Done, Failure, Reply, True};
 use agentledger::queries::{Query, Said};

@@ -1,7 +1,7 @@
 //! Long-running commands: `serve` (projector, dispatcher and checkpoints in
 //! a loop) and `subscribe` (follow the `published` topic as JSON lines).
 
-use super::Cli;
+use super::args::Cli;
 use agentledger::error::LedgerError;
 use agentledger::model::Topic;
 use anyhow::{bail, Context, Result};
@@ -41,8 +41,8 @@ fn opener(
     cli: &Cli,
 ) -> Result<impl FnOnce() -> Result<agentledger::Engine, LedgerError> + Send + 'static> {
     let data = cli.data.clone();
-    let kafka = super::kafka_config(cli)?;
-    let opts = super::options(cli)?;
+    let kafka = super::open::kafka_config(cli)?;
+    let opts = super::open::options(cli)?;
     Ok(move || match kafka {
         Some(k) => agentledger::Engine::open_kafka(&data, &k, opts),
         None => agentledger::Engine::open_embedded(&data, opts),
@@ -55,7 +55,7 @@ pub fn serve(cli: &Cli, opts: &ServeOptions, shutdown: Arc<AtomicBool>) -> Resul
         Some(url) => {
             let e = agentledger::trace::otlp::LiveExporter::new(
                 url,
-                super::options(cli)?.ledger_name(),
+                super::open::options(cli)?.ledger_name(),
                 Duration::from_secs(10),
             )?;
             eprintln!(
@@ -122,7 +122,7 @@ pub fn subscribe(
     idle_exit: Option<Duration>,
     shutdown: Arc<AtomicBool>,
 ) -> Result<i32> {
-    let engine = super::open_engine_read_only(cli)?;
+    let engine = super::open::open_engine_read_only(cli)?;
     let log = engine.log().clone();
     let parts = log.partitions(Topic::Published);
     if parts == 0 {

@@ -3,36 +3,14 @@
 //! the ledger (through the server that owns the data dir, or into the data
 //! dir itself).
 
-use super::{inspect, open_engine, remote, Cli};
+use super::args::{Cli, TokenCommand};
+use super::inspect;
+use super::open::open_engine;
+use super::remote;
 use agentledger::protocol::{Answer, Reply};
 use agentledger::queries::Query;
 use anyhow::{bail, Context, Result};
-use clap::Subcommand;
 use serde_json::{json, Value};
-
-#[derive(Subcommand)]
-pub enum TokenCommand {
-    /// Make a token for a principal and print it once (stdout; what it
-    /// grants goes to stderr). The ledger keeps only its SHA-256.
-    Issue {
-        /// operator, platform:NAME, agent:NAME, auditor or consumer.
-        #[arg(long)]
-        principal: String,
-        /// A scope granted (platforms need one; limits a consumer's
-        /// events). Repeatable.
-        #[arg(long = "scope", value_name = "SCOPE")]
-        scopes: Vec<String>,
-        /// How long it authenticates: e.g. 3600s, 90m, 12h, 30d; never
-        /// expires without it.
-        #[arg(long)]
-        expires: Option<String>,
-    },
-    /// Every token issued: id, principal, scopes, state (never a token).
-    List,
-    /// Withdraw a token by its id (as `list` shows it); every instance
-    /// refuses it once it has caught up (its staleness bound).
-    Revoke { id: String },
-}
 
 /// `30d`, `12h`, `90m`, `3600s` or a plain number of seconds.
 pub fn parse_duration_s(text: &str) -> Result<u64> {

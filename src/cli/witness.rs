@@ -8,8 +8,8 @@
 //! checkpoint remembered (the state file, written before the cosignature
 //! leaves) and cosigned.
 
+use super::args::Cli;
 use super::remote::Server;
-use super::Cli;
 use agentledger::audit::merkle::consistency_proof;
 use agentledger::audit::note::{origin, CheckpointBody, KeyKind, SignerKey, VerifierKey};
 use agentledger::audit::tiles::{index_path, TileError, TileNodes, TileSource, TILE_WIDTH};
@@ -48,7 +48,7 @@ fn load(path: &PathBuf) -> Result<State> {
 fn save(path: &PathBuf, state: &State) -> Result<()> {
     let tmp = path.with_extension("tmp");
     let text = serde_json::to_string_pretty(state).unwrap_or_default();
-    agentledger::private_files::write(&tmp, text)
+    agentledger::log::private_files::write(&tmp, text)
         .with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("writing --state {}", path.display()))
 }

@@ -104,7 +104,7 @@ fn media_essence(media_type: &str) -> String {
 
 /// A task holds at most `limits::MAX_TASK_CONTEXT_BYTES` of contexts.
 fn check_budget(state: &TaskState, ctx: &AgentContext) -> Result<(), ContextError> {
-    let limit = crate::limits::MAX_TASK_CONTEXT_BYTES;
+    let limit = crate::model::limits::MAX_TASK_CONTEXT_BYTES;
     let bytes = state.context_bytes + super::state::context_size(ctx);
     if bytes > limit {
         return Err(ContextError::ContextBudget {

@@ -1480,12 +1480,15 @@ fn a_task_holds_a_bounded_amount_of_context() {
     let mut state = opened();
     let s = sent("hotel", "h", &[], vec![item("a", "alpha", "must_preserve")]);
     let size = context_size(&validate_agent_context(&s).expect("valid"));
-    state.context_bytes = crate::limits::MAX_TASK_CONTEXT_BYTES - size + 1;
+    state.context_bytes = crate::model::limits::MAX_TASK_CONTEXT_BYTES - size + 1;
     let err = decide_send(&state, MASTER, Mode::Sync, &s, NOW).expect_err("over budget");
     assert_eq!(err.code(), "limit_exceeded");
     state.context_bytes -= 1;
     send(&mut state, Mode::Sync, &s).expect("exactly at the limit");
-    assert_eq!(state.context_bytes, crate::limits::MAX_TASK_CONTEXT_BYTES);
+    assert_eq!(
+        state.context_bytes,
+        crate::model::limits::MAX_TASK_CONTEXT_BYTES
+    );
     // The return counts too.
     assert_eq!(
         code(ret(&mut state, "hotel", &returned(&s))),

@@ -340,8 +340,8 @@ impl Engine {
         let ev = context::decide_put_blob(&state, content, media_type, ttl_s, now);
         match self.task_key(task) {
             Some(key) => {
-                if content.len() > crate::limits::MAX_BLOB_BYTES {
-                    return Err(crate::content_store::StoreError::TooLarge {
+                if content.len() > crate::model::limits::MAX_BLOB_BYTES {
+                    return Err(crate::content::store::StoreError::TooLarge {
                         size: content.len(),
                     }
                     .into());

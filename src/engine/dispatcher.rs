@@ -7,17 +7,17 @@
 //! opened before the crash is found and not opened again (R3).
 //!
 //! Each published event also goes to the `published` topic as a CloudEvent
-//! ([`crate::published`]), before
+//! ([`crate::engine::published`]), before
 //! the dispatch record: a downstream consumer may see an event twice after a
 //! crash (dedupe by `event_id`) but never miss one, and never sees a
 //! withheld one.
 
 use super::{Decided, Engine};
+use crate::engine::published::{CloudEvent, Publisher};
 use crate::error::Result;
 use crate::model::scope;
 use crate::model::Topic;
 use crate::model::*;
-use crate::published::{CloudEvent, Publisher};
 use crate::rules::decide::{self, ListenerOutcome};
 
 /// Records of the `published` topic (key, CloudEvent JSON) and their headers.
@@ -285,7 +285,7 @@ impl Engine {
                 // steps. Listener ids are deterministic and refusals are
                 // kept on the run, so a step written before a crash is
                 // found again, not repeated (R3).
-                if pending.len() >= crate::limits::DISPATCH_STEP {
+                if pending.len() >= crate::model::limits::DISPATCH_STEP {
                     self.commit(std::mem::take(&mut pending))?;
                     if self.caught_up_at.is_none() {
                         self.catch_up(&|_| {})?;

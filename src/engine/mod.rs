@@ -13,10 +13,12 @@ mod dispatcher;
 mod open;
 mod options;
 mod pipeline;
+pub mod published;
 mod rebuilding;
 mod refusals;
 mod registry;
 mod runs;
+pub mod synthetic;
 mod tokens;
 pub mod trail;
 
@@ -30,7 +32,7 @@ pub use registry::{PublishAgent, PublishAnswer};
 pub use runs::{CloseAnswer, CloseRun, OpenAnswer, ReadAnswer};
 
 use crate::audit::checkpoint::CHAINED_TOPICS;
-use crate::content_store::ContentStore;
+use crate::content::store::ContentStore;
 use crate::error::Result;
 use crate::log::embedded::EmbeddedLog;
 use crate::log::Log;
@@ -122,7 +124,7 @@ impl Engine {
             keys.sync_erasures()?;
         }
         let views = open::open_views(&dd, log.as_ref(), &keys)?;
-        let share = crate::content_share::SharedContent::over(log.clone()).map(Arc::new);
+        let share = crate::content::share::SharedContent::over(log.clone()).map(Arc::new);
         let store = ContentStore::open(dd.blobs())?.with_share(share);
         let mut engine = Self::with_parts(log, views, store, opts);
         engine.keys = Some(keys);
@@ -136,7 +138,7 @@ impl Engine {
     /// and the content store live in `data` on this machine.
     pub fn open_kafka(
         data: impl AsRef<Path>,
-        kafka: &crate::log::kafka_config::KafkaConfig,
+        kafka: &crate::log::kafka::KafkaConfig,
         opts: EngineOptions,
     ) -> Result<Self> {
         let dd = DataDir::new(data);
@@ -235,7 +237,7 @@ impl Engine {
     /// the ledger holds (every artifact is live; a task's blob grant until
     /// its TTL passes), once they are older than `grace`. Catches up first,
     /// so references another writer recorded count.
-    pub fn sweep_content(&mut self, grace: Duration) -> Result<crate::content_store::SweepReport> {
+    pub fn sweep_content(&mut self, grace: Duration) -> Result<crate::content::store::SweepReport> {
         self.catch_up(&|_| {})?;
         // Context past its time to live goes with its key (see `erasure`).
         let erased = self.erase_expired_tasks()?;

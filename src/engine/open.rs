@@ -74,7 +74,7 @@ impl DataDir {
         let tmp = self.root.join("views.current.tmp");
         {
             use std::io::Write;
-            let mut f = crate::private_files::create(&tmp).map_err(|e| io("create", e))?;
+            let mut f = crate::log::private_files::create(&tmp).map_err(|e| io("create", e))?;
             f.write_all(name.as_bytes())
                 .and_then(|_| f.sync_all())
                 .map_err(|e| io("write", e))?;
@@ -107,12 +107,12 @@ impl DataDir {
     /// both assume a single writer.
     pub fn lock(&self) -> Result<File> {
         use fs2::FileExt;
-        crate::private_files::create_dir_all(&self.root)
+        crate::log::private_files::create_dir_all(&self.root)
             .map_err(|e| LedgerError::io(format!("create data dir {}", self.root.display()), e))?;
-        if let Some(warning) = crate::private_files::shared_warning(&self.root) {
+        if let Some(warning) = crate::log::private_files::shared_warning(&self.root) {
             tracing::warn!("{warning}");
         }
-        let f = crate::private_files::create(&self.lock_path())
+        let f = crate::log::private_files::create(&self.lock_path())
             .map_err(|e| LedgerError::io(format!("create {}", self.lock_path().display()), e))?;
         f.try_lock_exclusive()
             .map_err(|_| LedgerError::DataDirInUse(self.root.clone()))?;

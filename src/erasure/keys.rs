@@ -6,7 +6,7 @@
 
 use super::seal::{KeyStatus, TaskKey, TaskKeys};
 use super::shared::SharedKeyError;
-use crate::private_files;
+use crate::log::private_files;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;

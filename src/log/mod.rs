@@ -9,10 +9,8 @@
 pub mod embedded;
 pub mod group;
 pub mod kafka;
-pub mod kafka_config;
-mod kafka_group;
-mod kafka_security;
 mod murmur2;
+pub mod private_files;
 
 use crate::model::Topic;
 use std::ops::ControlFlow;

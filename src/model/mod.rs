@@ -3,6 +3,7 @@
 pub mod cas;
 pub mod event;
 pub mod ids;
+pub mod limits;
 pub mod run;
 pub mod scope;
 pub mod time;

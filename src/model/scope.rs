@@ -23,12 +23,12 @@ pub fn area_of_label(label: &str) -> Option<&str> {
 }
 
 /// A scope is a non-empty `/`-separated path of at most
-/// [`crate::limits::MAX_SCOPE_BYTES`] bytes, of non-empty segments made of
+/// [`crate::model::limits::MAX_SCOPE_BYTES`] bytes, of non-empty segments made of
 /// letters, digits, `-`, `_` and `.`; a segment is never `.` or `..`, so a
 /// scope names one place (`acme/../etc` is not `etc`).
 pub fn valid_scope(scope: &str) -> bool {
     !scope.is_empty()
-        && scope.len() <= crate::limits::MAX_SCOPE_BYTES
+        && scope.len() <= crate::model::limits::MAX_SCOPE_BYTES
         && scope.split('/').all(|seg| {
             !seg.is_empty()
                 && seg != "."

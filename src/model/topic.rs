@@ -14,7 +14,7 @@ pub enum Topic {
     /// Hash-chain checkpoints of the other topics.
     Checkpoints,
     /// Content shared between instances on a distributed backend (see
-    /// `crate::content_share`): chunks and manifests keyed by digest, a
+    /// `crate::content::share`): chunks and manifests keyed by digest, a
     /// compacted topic. Not one of the ledger's topics ([`Topic::ALL`]):
     /// not chained, not checkpointed, not projected; a backend without it
     /// (the embedded log) has no partitions of it.

@@ -4,7 +4,7 @@
 
 use crate::codes::Code;
 use crate::codes::Refusal;
-use crate::limits::{MAX_LABELS_PER_RUN, MAX_LABEL_BYTES};
+use crate::model::limits::{MAX_LABELS_PER_RUN, MAX_LABEL_BYTES};
 use crate::model::scope::{area_label, area_of_label, scope_within};
 use crate::model::ArtifactRef;
 

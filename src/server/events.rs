@@ -3,7 +3,8 @@
 //! filters a consumer may ask for. Shared by the SSE stream and the
 //! WebSocket `subscribe`.
 
-use crate::log::Log;
+use crate::codes::{Code, Refusal};
+use crate::log::{Log, LogError};
 use crate::model::Topic;
 use serde::Deserialize;
 use serde_json::Value;
@@ -16,28 +17,47 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor(pub Vec<u64>);
 
+/// Why a cursor cannot be followed, or the topic read.
+#[derive(Debug, thiserror::Error)]
+pub enum CursorError {
+    #[error("{0:?} is not a cursor (offsets joined by \".\", or beginning or end)")]
+    NotACursor(String),
+    #[error("cursor {cursor:?} names {named} partitions; the published topic has {partitions}")]
+    Partitions {
+        cursor: String,
+        named: usize,
+        partitions: u32,
+    },
+    #[error("cursor {cursor:?} is past the end of the published topic (partition {partition} holds {end} events, the cursor is at {at}); was it from another ledger? resume from beginning or end")]
+    PastTheEnd {
+        cursor: String,
+        partition: usize,
+        end: u64,
+        at: u64,
+    },
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
 impl Cursor {
     /// Parse a cursor of `partitions` offsets, or `beginning` / `end`.
-    pub fn parse(text: &str, log: &dyn Log) -> Result<Cursor, String> {
+    pub fn parse(text: &str, log: &dyn Log) -> Result<Cursor, CursorError> {
         let parts = log.partitions(Topic::Published);
         match text.trim() {
             "beginning" => Ok(Cursor(vec![0; parts as usize])),
-            "end" => Cursor::end(log),
+            "end" => Ok(Cursor::end(log)?),
             t => {
                 let offsets: Vec<u64> = t
                     .split('.')
                     .map(|o| o.parse::<u64>())
                     .collect::<Result<_, _>>()
-                    .map_err(|_| {
-                        format!(
-                            "{t:?} is not a cursor (offsets joined by \".\", or beginning or end)"
-                        )
-                    })?;
+                    .map_err(|_| CursorError::NotACursor(t.to_owned()))?;
                 if offsets.len() != parts as usize {
-                    return Err(format!(
-                        "cursor {t:?} names {} partitions; the published topic has {parts}",
-                        offsets.len()
-                    ));
+                    return Err(CursorError::Partitions {
+                        cursor: t.to_owned(),
+                        named: offsets.len(),
+                        partitions: parts,
+                    });
                 }
                 // Past the end, events published later would be skipped
                 // unseen (a cursor from another or a reset ledger): refused.
@@ -48,9 +68,12 @@ impl Cursor {
                     .enumerate()
                     .find(|(_, (at, e))| at > e)
                 {
-                    return Err(format!(
-                        "cursor {t:?} is past the end of the published topic (partition {p} holds {e} events, the cursor is at {at}); was it from another ledger? resume from beginning or end"
-                    ));
+                    return Err(CursorError::PastTheEnd {
+                        cursor: t.to_owned(),
+                        partition: p,
+                        end: *e,
+                        at: *at,
+                    });
                 }
                 Ok(Cursor(offsets))
             }
@@ -58,12 +81,9 @@ impl Cursor {
     }
 
     /// The end of every partition: only events published from now on.
-    pub fn end(log: &dyn Log) -> Result<Cursor, String> {
+    pub fn end(log: &dyn Log) -> Result<Cursor, LogError> {
         (0..log.partitions(Topic::Published))
-            .map(|p| {
-                log.end_offset(Topic::Published, p)
-                    .map_err(|e| e.to_string())
-            })
+            .map(|p| log.end_offset(Topic::Published, p))
             .collect::<Result<_, _>>()
             .map(Cursor)
     }
@@ -93,11 +113,10 @@ pub struct Filter {
 impl Filter {
     /// Why the filter cannot be followed: a scope that names no place
     /// (`invalid_scope`), an event that is no name (`invalid_name`).
-    pub fn check(&self) -> Result<(), (crate::codes::Code, String)> {
-        use crate::codes::Code;
+    pub fn check(&self) -> Result<(), Refusal> {
         if let Some(scope) = self.scope.as_deref() {
             if !crate::model::scope::valid_scope(scope) {
-                return Err((
+                return Err(Refusal::new(
                     Code::InvalidScope,
                     format!(
                         "scope {:?} is not a scope (segments of letters, digits, -_., never . or ..)",
@@ -108,7 +127,7 @@ impl Filter {
         }
         if let Some(event) = self.event.as_deref() {
             if !crate::model::ids::valid_name(event) {
-                return Err((
+                return Err(Refusal::new(
                     Code::InvalidName,
                     format!(
                         "event {:?} is not a name",
@@ -178,14 +197,12 @@ pub fn next_batch(
     cursor: &mut Cursor,
     filter: &Filter,
     wait: Duration,
-) -> Result<Vec<Published>, String> {
+) -> Result<Vec<Published>, LogError> {
     for attempt in 0..2 {
         let mut out = Vec::new();
         let mut read_any = false;
         for p in 0..cursor.0.len() {
-            let records = log
-                .read(Topic::Published, p as u32, cursor.0[p], 256)
-                .map_err(|e| e.to_string())?;
+            let records = log.read(Topic::Published, p as u32, cursor.0[p], 256)?;
             for r in records {
                 read_any = true;
                 cursor.0[p] = r.offset + 1;
@@ -209,8 +226,7 @@ pub fn next_batch(
             return Ok(out);
         }
         // Wait on the first partition's tail; the others are read on wake.
-        log.wait_beyond(Topic::Published, 0, cursor.0[0], wait)
-            .map_err(|e| e.to_string())?;
+        log.wait_beyond(Topic::Published, 0, cursor.0[0], wait)?;
     }
     Ok(Vec::new())
 }
@@ -269,15 +285,21 @@ mod tests {
         log.append(Topic::Published, &[(b"k".to_vec(), b"{}".to_vec())])
             .unwrap();
         let end = Cursor::end(&log).unwrap();
-        assert_eq!(Cursor::parse(&end.id(), &log), Ok(end.clone()));
-        assert_eq!(Cursor::parse("beginning", &log), Ok(Cursor(vec![0; parts])));
+        assert_eq!(Cursor::parse(&end.id(), &log).unwrap(), end);
+        assert_eq!(
+            Cursor::parse("beginning", &log).unwrap(),
+            Cursor(vec![0; parts])
+        );
         let mut past = end.0.clone();
         past[0] += 2;
-        let e = Cursor::parse(&Cursor(past).id(), &log).unwrap_err();
+        let e = Cursor::parse(&Cursor(past).id(), &log)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("past the end"), "{e}");
         let huge = vec![u64::MAX.to_string(); parts].join(".");
         assert!(Cursor::parse(&huge, &log)
             .unwrap_err()
+            .to_string()
             .contains("past the end"));
     }
 }

@@ -11,6 +11,7 @@ mod answer;
 pub mod events;
 pub mod intake;
 pub mod ledger;
+mod ledger_thread;
 pub mod metrics;
 mod operate;
 mod ops;
@@ -110,7 +111,7 @@ pub fn run(
     let stop_ledger = Arc::new(AtomicBool::new(false));
     let exporter = loop_opts.otlp.clone();
     let poll = loop_opts.poll;
-    let (handle, thread) = ledger::start(open, loop_opts, metrics, stop_ledger.clone())?;
+    let (handle, thread) = ledger_thread::start(open, loop_opts, metrics, stop_ledger.clone())?;
     on_ready();
     let stop_otlp = Arc::new(AtomicBool::new(false));
     let otlp = exporter.map(|e| otlp::follow(handle.clone(), e, poll, stop_otlp.clone()));
@@ -217,7 +218,7 @@ fn listen_until(
     let token_path = token_file(data);
     // A fresh file, so that it is created 0600 whatever was there before.
     let _ = std::fs::remove_file(&token_path);
-    crate::private_files::write(&token_path, format!("{session}\n"))
+    crate::log::private_files::write(&token_path, format!("{session}\n"))
         .map_err(|e| LedgerError::io(format!("writing {}", token_path.display()), e))?;
     let mut opts = opts;
     // Answers must be out before connections are closed.
@@ -233,7 +234,7 @@ fn listen_until(
         let file = addr_file(data);
         let tmp = file.with_extension("addr.tmp");
         let url = format!("{}://{bound}", if tls.is_some() { "https" } else { "http" });
-        crate::private_files::write(&tmp, format!("{url}\n"))
+        crate::log::private_files::write(&tmp, format!("{url}\n"))
             .and_then(|_| std::fs::rename(&tmp, &file))
             .map_err(|e| LedgerError::io(format!("writing {}", file.display()), e))?;
         on_listening(&url);

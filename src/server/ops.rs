@@ -110,14 +110,14 @@ pub(super) async fn ops_inner(
     } else {
         vec![parse_line(&body)]
     };
-    if lines.len() > crate::limits::MAX_OPS_PER_BODY {
+    if lines.len() > crate::model::limits::MAX_OPS_PER_BODY {
         // A request too large in operations rather than bytes: 413 all the same.
         return with_status(StatusCode::PAYLOAD_TOO_LARGE, Failure::new(
             Code::LimitExceeded,
             format!(
                 "the body holds {} operations; at most {} are answered per request (nothing was applied)",
                 lines.len(),
-                crate::limits::MAX_OPS_PER_BODY
+                crate::model::limits::MAX_OPS_PER_BODY
             ),
         ));
     }

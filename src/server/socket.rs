@@ -89,7 +89,7 @@ pub(super) async fn subscribe_start(
     permit(s, caller, Permit::Events(sub.filter.scope.clone())).await?;
     sub.filter
         .check()
-        .map_err(|(code, why)| Failure::new(code, why))?;
+        .map_err(|r| Failure::new(r.code, r.message))?;
     start_cursor(s, None, sub.from.as_deref())
 }
 

@@ -48,13 +48,13 @@ pub struct HttpOptions {
 impl Default for HttpOptions {
     fn default() -> Self {
         HttpOptions {
-            max_body: crate::limits::MAX_LINE_BYTES,
+            max_body: crate::model::limits::MAX_LINE_BYTES,
             timeout: Duration::from_secs(30),
             max_in_flight: 256,
             max_in_flight_per_caller: 128,
-            max_streams: crate::limits::MAX_STREAMS,
-            max_streams_per_caller: crate::limits::MAX_STREAMS / 2,
-            body_budget: crate::limits::BODY_BUDGET_BYTES,
+            max_streams: crate::model::limits::MAX_STREAMS,
+            max_streams_per_caller: crate::model::limits::MAX_STREAMS / 2,
+            body_budget: crate::model::limits::BODY_BUDGET_BYTES,
             stop_answering_after: Duration::from_secs(3),
             tls: None,
             jwt: None,

@@ -4,7 +4,7 @@
 
 use super::access::{ask_grant, caller, permit, Asked, Permit};
 use super::answer::failure_response;
-use super::events::{self, Cursor, Filter};
+use super::events::{self, Cursor, CursorError, Filter};
 use super::ledger::Caller;
 use super::shares::{Full, Slot};
 use super::state::AppState;
@@ -40,9 +40,9 @@ pub(super) fn start_cursor(
     let log = s.ledger.log.as_ref();
     let cursor = match last_event_id.or(from) {
         Some(text) => Cursor::parse(text, log),
-        None => Cursor::end(log),
+        None => Cursor::end(log).map_err(CursorError::from),
     };
-    cursor.map_err(|e| Failure::new(Code::InvalidRequest, e))
+    cursor.map_err(|e| Failure::new(Code::InvalidRequest, e.to_string()))
 }
 
 /// Follow published events from `cursor` until the server stops or the
@@ -159,8 +159,8 @@ pub(super) async fn sse_events(
         scope: p.scope.clone(),
         event: p.event.clone(),
     };
-    if let Err((code, why)) = wanted.check() {
-        let r = failure_response(Failure::new(code, why));
+    if let Err(refused) = wanted.check() {
+        let r = failure_response(Failure::new(refused.code, refused.message));
         s.ledger.metrics.http("/v1/events", r.status().as_u16());
         return r;
     }

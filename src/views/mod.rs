@@ -5,6 +5,7 @@
 //! (a crash never applies a record twice or skips one).
 
 mod behind;
+pub mod db;
 pub mod keys;
 pub mod state;
 pub mod txn;
@@ -17,6 +18,7 @@ use crate::codec;
 use crate::model::Topic;
 use crate::rules::decide::{LedgerRead, StateError};
 use behind::{Change, WriteBehind};
+use db::open_db;
 use sha2::{Digest, Sha256};
 use std::ops::Bound;
 use std::path::Path;
@@ -82,72 +84,6 @@ pub(crate) fn decode<T: serde::de::DeserializeOwned>(
 pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
     // View state types are plain data; encoding them cannot fail.
     codec::to_bytes(value).unwrap_or_default()
-}
-
-/// The page cache of every views store this process opens, in bytes (0:
-/// not set, [`default_cache_bytes`]).
-static CACHE_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Bound the page cache of the views stores this process opens from now on
-/// (`--cache-mb`): what the views keep in memory besides the log's.
-pub fn set_cache_bytes(bytes: u64) {
-    CACHE_BYTES.store(bytes.max(1 << 20), std::sync::atomic::Ordering::Relaxed);
-}
-
-/// The cache when none is set: a sixteenth of the machine's memory, at
-/// least 64 MiB and at most 256 MiB.
-pub fn default_cache_bytes() -> u64 {
-    let total = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(4 << 30, |kb| kb * 1024);
-    (total / 16).clamp(64 << 20, 256 << 20)
-}
-
-/// The cache a views store opened now gets.
-pub fn cache_bytes() -> u64 {
-    match CACHE_BYTES.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => default_cache_bytes(),
-        b => b,
-    }
-}
-
-/// Open the sled database, waiting a moment for its lock: sled's io
-/// threads finish writing a just-closed database in the background and hold
-/// its file lock until they have (seen reopening views in one process).
-fn open_db(dir: &Path) -> Result<sled::Db, ViewError> {
-    if !dir.exists() {
-        crate::private_files::create_dir_all(dir)
-            .map_err(|e| ViewError::Sled(sled::Error::Io(e)))?;
-    }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let opened = sled::Config::new()
-            .path(dir)
-            .cache_capacity(cache_bytes())
-            .open();
-        match opened {
-            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
-                if std::time::Instant::now() >= deadline {
-                    return Err(ViewError::Locked(dir.display().to_string()));
-                }
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            other => {
-                let db = other?;
-                // sled made its files with the umask's mode. Not fatal: a
-                // reader that does not own them (an audit) still reads.
-                if let Err(e) = crate::private_files::restrict_tree(dir) {
-                    tracing::warn!("making {} private: {e}", dir.display());
-                }
-                return Ok(db);
-            }
-        }
-    }
 }
 
 impl Views {
@@ -606,7 +542,7 @@ fn prefix_end(prefix: &[u8]) -> Bound<Vec<u8>> {
 mod tests {
     #[test]
     fn the_default_cache_is_sized_to_the_machine_within_bounds() {
-        let b = super::default_cache_bytes();
+        let b = super::db::default_cache_bytes();
         assert!((64 << 20..=256 << 20).contains(&b), "{b}");
     }
 

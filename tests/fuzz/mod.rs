@@ -9,7 +9,8 @@
 use agentledger::apply::parse_line;
 use agentledger::audit::checkpoint::Checkpoint;
 use agentledger::codec;
-use agentledger::log::embedded::{scan_segment, EmbeddedConfig, EmbeddedLog};
+use agentledger::log::embedded::frame::scan_segment;
+use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use agentledger::log::Log;
 use agentledger::model::Topic;
 use agentledger::protocol::{parse_request, validate};

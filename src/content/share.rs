@@ -1,7 +1,7 @@
 //! Content shared through the log: on a distributed backend (Kafka) the
 //! bytes of artifacts and blobs travel with the ledger, in the `blobs`
 //! topic, so any instance can serve what another stored. The content store
-//! (`crate::content_store`) stays each instance's local cache.
+//! (`crate::content::store`) stays each instance's local cache.
 //!
 //! Layout of the topic (compacted, one partition per blob):
 //! - chunks of at most [`CHUNK_BYTES`], key `<hex>/<i>`, payload the bytes;
@@ -40,7 +40,7 @@ pub const CHUNK_BYTES: usize = 512 * 1024;
 
 /// The most chunks a manifest may name: the largest blob the content
 /// store accepts, in chunks.
-const MAX_CHUNKS: usize = crate::limits::MAX_BLOB_BYTES.div_ceil(CHUNK_BYTES);
+const MAX_CHUNKS: usize = crate::model::limits::MAX_BLOB_BYTES.div_ceil(CHUNK_BYTES);
 
 /// Records read per fetch when scanning or reading chunks (bounds memory:
 /// at most this many chunks in hand at once).
@@ -315,7 +315,7 @@ impl SharedContent {
     /// the manifest says (replaced by a newer publication, or compacted).
     fn read_chunks(&self, hex: &str, located: &Located) -> Result<Option<Vec<u8>>, LogError> {
         let chunks = &located.manifest.chunks;
-        let limit = crate::limits::MAX_BLOB_BYTES;
+        let limit = crate::model::limits::MAX_BLOB_BYTES;
         // No blob the store accepts is larger: a manifest saying otherwise
         // was not written by a ledger, and is never read into memory.
         let too_large = |size: u64| {

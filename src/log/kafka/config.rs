@@ -2,7 +2,7 @@
 //! the client configuration every producer, reader and group member
 //! starts from, and librdkafka's log lines routed through `tracing`.
 
-use super::kafka_security::KafkaSecurity;
+use super::security::KafkaSecurity;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use std::time::Duration;
 

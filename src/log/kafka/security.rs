@@ -4,9 +4,9 @@
 //!
 //! The password is read from a file (never a flag: flags show in `ps`) and
 //! kept in a [`Password`] that prints as `***`, so a `{:?}` of a
-//! [`super::kafka_config::KafkaConfig`] in a log line never carries it.
+//! [`super::config::KafkaConfig`] in a log line never carries it.
 
-use super::LogError;
+use crate::log::LogError;
 use rdkafka::config::ClientConfig;
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -14,9 +14,9 @@
 //! stalled one be taken out of the group mid-sweep, its late records are
 //! caught as a `conflict` when it commits.
 
-use super::group::Membership;
-use super::kafka_config::{base_config, log_to_tracing, ms, KafkaConfig};
-use super::LogError;
+use super::config::{base_config, log_to_tracing, ms, KafkaConfig};
+use crate::log::group::Membership;
+use crate::log::LogError;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};

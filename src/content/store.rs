@@ -11,22 +11,22 @@
 //! by `agentledger gc`), and only when no live reference holds them.
 //!
 //! On a distributed backend the store is a cache in front of the content
-//! the instances share through the log (`crate::content_share`): `put`
+//! the instances share through the log (`crate::content::share`): `put`
 //! publishes there too before answering, a read that misses here fetches
 //! from there, checks the digest and keeps a copy, and the sweep ends what
 //! no live reference holds there as well.
 
-use crate::content_share::{SharedContent, SharedSweep};
+use crate::content::share::{SharedContent, SharedSweep};
+use crate::log::private_files;
 use crate::log::LogError;
 use crate::model::cas::ContentRef;
-use crate::private_files;
 use sha2::{Digest, Sha256};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::limits::MAX_BLOB_BYTES;
+use crate::model::limits::MAX_BLOB_BYTES;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -340,7 +340,7 @@ impl ContentStore {
     ) -> Result<(), StoreError> {
         self.keep_sealed(tag, &hex::encode(sha256), sealed)?;
         if let Some(share) = &self.share {
-            let id = crate::content_share::sealed_id(tag, sha256);
+            let id = crate::content::share::sealed_id(tag, sha256);
             share
                 .publish_as(&id, sealed, Some(sha256))
                 .map_err(StoreError::Shared)?;
@@ -380,7 +380,7 @@ impl ContentStore {
         let share = self.share.as_ref()?;
         let mut sha = [0u8; 32];
         hex::decode_to_slice(&hex, &mut sha).ok()?;
-        let id = crate::content_share::sealed_id(tag, &sha);
+        let id = crate::content::share::sealed_id(tag, &sha);
         let bytes = match share.fetch(&id) {
             Ok(b) => b?,
             Err(e) => {
