@@ -55,26 +55,20 @@ impl Trust {
         key: VerifierKey,
         witnesses: Vec<VerifierKey>,
         need: Option<usize>,
-    ) -> std::result::Result<Self, String> {
+    ) -> std::result::Result<Self, BadTrust> {
         use super::note::KeyKind;
         if key.kind() != KeyKind::Checkpoint {
-            return Err(format!(
-                "{}: a witness key where the ledger's belongs",
-                key.name()
-            ));
+            return Err(BadTrust::NotTheLedgers(key.name().to_owned()));
         }
         if let Some(w) = witnesses.iter().find(|w| w.kind() != KeyKind::Witness) {
-            return Err(format!(
-                "{}: not a witness key (cosignature/v1; `key generate --witness` makes one)",
-                w.name()
-            ));
+            return Err(BadTrust::NotAWitness(w.name().to_owned()));
         }
         let need = need.unwrap_or(witnesses.len());
         if need > witnesses.len() || (need == 0 && !witnesses.is_empty()) {
-            return Err(format!(
-                "{need} cosignatures required of {} witness keys",
-                witnesses.len()
-            ));
+            return Err(BadTrust::Need {
+                need,
+                of: witnesses.len(),
+            });
         }
         Ok(Trust {
             key,
@@ -83,6 +77,17 @@ impl Trust {
             all_witnessed: false,
         })
     }
+}
+
+/// Why the keys given cannot be trusted as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadTrust {
+    #[error("{0}: a witness key where the ledger's belongs")]
+    NotTheLedgers(String),
+    #[error("{0}: not a witness key (cosignature/v1; `key generate --witness` makes one)")]
+    NotAWitness(String),
+    #[error("{need} cosignatures required of {of} witness keys")]
+    Need { need: usize, of: usize },
 }
 
 /// A signed size of a partition: its root and where its checkpoint is.

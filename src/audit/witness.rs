@@ -62,7 +62,7 @@ pub enum Refused {
 pub fn judge(
     seen: Option<&Seen>,
     now: &CheckpointBody,
-    proof: impl FnOnce(u64) -> std::result::Result<Vec<Hash>, String>,
+    proof: impl FnOnce(u64) -> std::result::Result<Vec<Hash>, Box<dyn std::error::Error + Send + Sync>>,
 ) -> std::result::Result<(), Refused> {
     let Some(seen) = seen else {
         return Ok(());
@@ -273,7 +273,7 @@ mod tests {
         }
         let proof = |t: &MemoryTree, new| {
             let t = t.clone();
-            move |old| t.consistency(old, new).ok_or_else(|| "none".to_string())
+            move |old| t.consistency(old, new).ok_or_else(|| "none".into())
         };
         let old = seen(&body(&t, 7));
         // First sight, same, and an extension proven: cosigned.

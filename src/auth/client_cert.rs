@@ -18,32 +18,52 @@
 //! such SAN, or with two, authenticates no one.
 
 use super::principal::Unauthenticated;
-use super::principal::{Grant, Principal};
+use super::principal::{BadGrant, BadPrincipal, Grant, Principal};
 use rustls::pki_types::CertificateDer;
 
 /// The URI scheme of the SAN that names the principal.
 pub const SCHEME: &str = "agentledger:";
 
+/// Why a URI SAN names no grant.
+#[derive(Debug, thiserror::Error)]
+pub enum UriError {
+    #[error("{0:?} is not an {scheme} URI", scheme = SCHEME)]
+    NotOurs(String),
+    #[error("{uri:?}: {source}")]
+    Principal { uri: String, source: BadPrincipal },
+    #[error("{uri:?}: unknown parameter {pair:?} (only scope=…)")]
+    Parameter { uri: String, pair: String },
+    #[error("{uri:?}: {source}")]
+    Grant { uri: String, source: BadGrant },
+}
+
 /// The grant a URI SAN names (`uri` without or with the scheme checked by
 /// the caller: it must start with [`SCHEME`]).
-pub fn grant_of_uri(uri: &str) -> Result<Grant, String> {
+pub fn grant_of_uri(uri: &str) -> Result<Grant, UriError> {
     let rest = uri
         .strip_prefix(SCHEME)
-        .ok_or_else(|| format!("{uri:?} is not an {SCHEME} URI"))?;
+        .ok_or_else(|| UriError::NotOurs(uri.to_owned()))?;
     let (principal, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let principal: Principal = principal.parse().map_err(|e| format!("{uri:?}: {e}"))?;
+    let principal: Principal = principal.parse().map_err(|source| UriError::Principal {
+        uri: uri.to_owned(),
+        source,
+    })?;
     let mut scopes = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("scope", scope)) => scopes.push(scope.to_owned()),
             _ => {
-                return Err(format!(
-                    "{uri:?}: unknown parameter {pair:?} (only scope=…)"
-                ))
+                return Err(UriError::Parameter {
+                    uri: uri.to_owned(),
+                    pair: pair.to_owned(),
+                })
             }
         }
     }
-    Grant::new(principal, scopes).map_err(|e| format!("{uri:?}: {e}"))
+    Grant::new(principal, scopes).map_err(|source| UriError::Grant {
+        uri: uri.to_owned(),
+        source,
+    })
 }
 
 /// The grant of a verified client certificate (the leaf), or why it
@@ -148,7 +168,7 @@ mod tests {
             ("agentledger:platform:acme?role=admin", "unknown parameter"),
             ("agentledger:platform:acme?scope=", "not a valid scope"),
         ] {
-            let e = grant_of_uri(uri).unwrap_err();
+            let e = grant_of_uri(uri).unwrap_err().to_string();
             assert!(e.contains(says), "{uri}: {e}");
         }
     }

@@ -82,6 +82,33 @@ fn algorithm_of(jwk: &jsonwebtoken::jwk::Jwk) -> Option<Algorithm> {
     }
 }
 
+/// Why a key set cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum JwksError {
+    #[error("not a JWKS document: {0}")]
+    NotJwks(serde_json::Error),
+    #[error("key {0} is not for EdDSA (Ed25519), ES256 (P-256) or RS256")]
+    Algorithm(String),
+    #[error("key {index}: {source}")]
+    Key {
+        index: usize,
+        source: jsonwebtoken::errors::Error,
+    },
+    #[error("the key set holds no keys")]
+    Empty,
+}
+
+/// Why a verified JWT grants nothing.
+#[derive(Debug, thiserror::Error)]
+enum ClaimError {
+    #[error("it has no string claim {0:?}")]
+    Missing(String),
+    #[error("claim {0:?} names no principal")]
+    NoPrincipal(String),
+    #[error(transparent)]
+    Grant(#[from] super::principal::BadGrant),
+}
+
 impl JwtConfig {
     /// Read the provider's key set (a JWKS document) from `jwks`.
     pub fn load(jwks: &Path, issuer: &str, audience: &str, claim: &str) -> Result<Self, JwtError> {
@@ -90,7 +117,7 @@ impl JwtConfig {
             why,
         };
         let text = std::fs::read_to_string(jwks).map_err(|e| bad(e.to_string()))?;
-        Self::from_jwks(&text, issuer, audience, claim).map_err(bad)
+        Self::from_jwks(&text, issuer, audience, claim).map_err(|e| bad(e.to_string()))
     }
 
     /// The same from the JWKS document's text.
@@ -99,23 +126,20 @@ impl JwtConfig {
         issuer: &str,
         audience: &str,
         claim: &str,
-    ) -> Result<Self, String> {
-        let set: JwkSet =
-            serde_json::from_str(jwks).map_err(|e| format!("not a JWKS document: {e}"))?;
+    ) -> Result<Self, JwksError> {
+        let set: JwkSet = serde_json::from_str(jwks).map_err(JwksError::NotJwks)?;
         let mut keys = Vec::new();
         for (i, jwk) in set.keys.iter().enumerate() {
             let named = jwk.common.key_id.clone();
             let Some(alg) = algorithm_of(jwk) else {
-                return Err(format!(
-                    "key {} is not for EdDSA (Ed25519), ES256 (P-256) or RS256",
-                    named.unwrap_or_else(|| i.to_string())
-                ));
+                return Err(JwksError::Algorithm(named.unwrap_or_else(|| i.to_string())));
             };
-            let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("key {i}: {e}"))?;
+            let key =
+                DecodingKey::from_jwk(jwk).map_err(|source| JwksError::Key { index: i, source })?;
             keys.push((named, alg, key));
         }
         if keys.is_empty() {
-            return Err("the key set holds no keys".into());
+            return Err(JwksError::Empty);
         }
         Ok(JwtConfig {
             keys,
@@ -164,7 +188,9 @@ impl JwtConfig {
             use jsonwebtoken::errors::ErrorKind as K;
             match jsonwebtoken::decode::<serde_json::Value>(token, key, &validation) {
                 Ok(data) => {
-                    let grant = self.grant(&data.claims).map_err(|w| refuse(&w))?;
+                    let grant = self
+                        .grant(&data.claims)
+                        .map_err(|w| refuse(&w.to_string()))?;
                     // `exp` is required and was read as a NumericDate.
                     let exp = data.claims["exp"].as_u64().unwrap_or(0);
                     let lapses = exp.saturating_add(LEEWAY_S).saturating_mul(1000);
@@ -205,13 +231,13 @@ impl JwtConfig {
         Err(last)
     }
 
-    fn grant(&self, claims: &serde_json::Value) -> Result<Grant, String> {
+    fn grant(&self, claims: &serde_json::Value) -> Result<Grant, ClaimError> {
         let Some(name) = claims.get(&self.claim).and_then(|v| v.as_str()) else {
-            return Err(format!("it has no string claim {:?}", self.claim));
+            return Err(ClaimError::Missing(self.claim.clone()));
         };
         let principal: Principal = name
             .parse()
-            .map_err(|_| format!("claim {:?} names no principal", self.claim))?;
+            .map_err(|_| ClaimError::NoPrincipal(self.claim.clone()))?;
         let scopes: Vec<String> = match (claims.get("scope"), claims.get("scopes")) {
             (Some(serde_json::Value::String(s)), _) => {
                 s.split_whitespace().map(str::to_string).collect()
@@ -228,7 +254,7 @@ impl JwtConfig {
             Principal::Platform(_) | Principal::Consumer | Principal::Auditor => scopes,
             Principal::Operator | Principal::Agent(_) => Vec::new(),
         };
-        Grant::new(principal, scopes).map_err(|e| e.to_string())
+        Ok(Grant::new(principal, scopes)?)
     }
 }
 
@@ -244,7 +270,11 @@ mod tests {
 
     #[test]
     fn a_key_set_that_cannot_be_used_is_said_so() {
-        let load = |text: &str| JwtConfig::from_jwks(text, "iss", "aud", "sub").unwrap_err();
+        let load = |text: &str| {
+            JwtConfig::from_jwks(text, "iss", "aud", "sub")
+                .unwrap_err()
+                .to_string()
+        };
         assert!(load("not json").contains("not a JWKS document"));
         assert!(load(r#"{"keys":[]}"#).contains("no keys"));
         let hmac = r#"{"keys":[{"kty":"oct","kid":"s","k":"c2VjcmV0","alg":"HS256"}]}"#;

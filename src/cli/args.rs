@@ -559,11 +559,16 @@ pub enum Command {
 pub(super) const DEFAULT_GC_GRACE_SECS: u64 = 600;
 
 /// A number of seconds (fractions allowed), as a duration.
-pub(super) fn seconds(s: &str) -> Result<std::time::Duration, String> {
+pub(super) fn seconds(s: &str) -> Result<std::time::Duration, NotSeconds> {
     s.trim()
         .parse::<f64>()
         .ok()
         .and_then(|n| std::time::Duration::try_from_secs_f64(n).ok())
         .filter(|d| *d <= std::time::Duration::from_secs(3600))
-        .ok_or_else(|| format!("{s:?} is not a number of seconds from 0 to 3600"))
+        .ok_or_else(|| NotSeconds(s.to_owned()))
 }
+
+/// A flag's value that is not a number of seconds `seconds` takes.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a number of seconds from 0 to 3600")]
+pub(super) struct NotSeconds(String);

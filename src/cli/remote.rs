@@ -39,6 +39,16 @@ fn token_for(cli: &Cli) -> Result<Option<String>> {
     }
 }
 
+/// Why a server did not answer its health check.
+#[derive(Debug, thiserror::Error)]
+enum Unhealthy {
+    /// The request failed: the error and each of its causes.
+    #[error("{0}")]
+    Unreachable(String),
+    #[error("HTTP {0}")]
+    Status(reqwest::StatusCode),
+}
+
 /// The server to go through: `--server`, or the one named in
 /// `serve.addr` if it answers (a server killed outright leaves the file
 /// behind; then the data dir is used directly).
@@ -60,11 +70,13 @@ pub fn server_for(cli: &Cli) -> Result<Option<Server>> {
         Ok(()) => Ok(Some(s)),
         // Something answers TLS there but is not trusted: the server is
         // alive, and the data dir is its.
-        Err(why) if s.base.starts_with("https://") && !why.contains("refused") => bail!(
+        Err(why) if s.base.starts_with("https://") && !why.to_string().contains("refused") => {
+            bail!(
             "the server at {} (from {}) did not answer: {why}; trust its certificate with --tls-ca",
             s.base,
             file.display()
-        ),
+        )
+        }
         Err(_) => Ok(None),
     }
 }
@@ -153,7 +165,7 @@ impl Server {
 
     /// Whether the server answers its health check, and if not why (the
     /// whole chain of causes: a TLS failure says which).
-    fn health(&self) -> std::result::Result<(), String> {
+    fn health(&self) -> std::result::Result<(), Unhealthy> {
         let r = self
             .client
             .get(format!("{}/healthz", self.base))
@@ -166,12 +178,12 @@ impl Server {
                     text.push_str(&format!(": {c}"));
                     cause = c.source();
                 }
-                text
+                Unhealthy::Unreachable(text)
             })?;
         if r.status().is_success() {
             Ok(())
         } else {
-            Err(format!("HTTP {}", r.status()))
+            Err(Unhealthy::Status(r.status()))
         }
     }
 
@@ -331,20 +343,19 @@ impl Server {
 }
 
 /// A reply line of operation `op`, read back into its type.
-fn reply_of(op: &str, line: &str) -> Result<Reply, String> {
-    let mut v: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| format!("the server answered {line:?}: {e}"))?;
+fn reply_of(op: &str, line: &str) -> Result<Reply> {
+    let mut v: serde_json::Value = serde_json::from_str(line)
+        .map_err(|e| anyhow::anyhow!("the server answered {line:?}: {e}"))?;
     if v["ok"] != serde_json::json!(true) {
         return serde_json::from_value::<Failure>(v)
             .map(Reply::Failed)
-            .map_err(|e| format!("the server's reply is not an answer: {e}"));
+            .map_err(|e| anyhow::anyhow!("the server's reply is not an answer: {e}"));
     }
     let follow_up_failed = v
         .as_object_mut()
         .and_then(|o| o.remove("follow_up_failed"))
         .map(serde_json::from_value)
-        .transpose()
-        .map_err(|e| e.to_string())?
+        .transpose()?
         .unwrap_or_default();
     Ok(Reply::Done(Done {
         ok: True,

@@ -182,7 +182,7 @@ fn round(
                 eprintln!("agentledger: witness refuses {want}: {why}");
                 outln!(
                     "{}",
-                    json!({"origin": want, "cosigned": false, "refused": why})
+                    json!({"origin": want, "cosigned": false, "refused": why.to_string()})
                 );
             }
         }
@@ -203,17 +203,17 @@ fn witness_one(
     want: &str,
     prefix: &str,
     name: (Topic, u32),
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>> {
     let text = ledger
         .open(note)
-        .map_err(|e| format!("the checkpoint: {e}"))?;
-    let body = CheckpointBody::parse(text).map_err(|e| e.to_string())?;
+        .map_err(|e| anyhow::anyhow!("the checkpoint: {e}"))?;
+    let body = CheckpointBody::parse(text)?;
     if body.origin != want {
-        return Err(format!("the checkpoint is of {}, not {want}", body.origin));
+        anyhow::bail!("the checkpoint is of {}, not {want}", body.origin);
     }
     let seen = state.get(want);
     if seen.is_some_and(|s| s.size == body.size) && already_cosigned(key, note) {
-        judge(seen, &body, |_| Err("unused".into())).map_err(|e| e.to_string())?;
+        judge(seen, &body, |_| Err("unused".into()))?;
         return Ok(None);
     }
     judge(seen, &body, |old| {
@@ -223,11 +223,9 @@ fn witness_one(
             size: body.size,
             name,
         });
-        consistency_proof(&nodes, old, body.size)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| "no proof between those sizes".to_owned())
-    })
-    .map_err(|e| e.to_string())?;
+        consistency_proof(&nodes, old, body.size)?
+            .ok_or_else(|| "no proof between those sizes".into())
+    })?;
     state.insert(
         want.to_owned(),
         Seen {
@@ -235,10 +233,8 @@ fn witness_one(
             root: base64::engine::general_purpose::STANDARD.encode(body.root),
         },
     );
-    save(state_path, state).map_err(|e| format!("{e:#}"))?;
-    key.cosign(text, now_secs())
-        .map(Some)
-        .map_err(|e| e.to_string())
+    save(state_path, state).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    Ok(Some(key.cosign(text, now_secs())?))
 }
 
 /// The note already carries this witness's valid cosignature.

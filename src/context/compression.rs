@@ -56,10 +56,19 @@ pub struct PathSegment {
     pub each: bool,
 }
 
+/// Why a MustPreserveFields entry is not a field path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadFieldPath {
+    #[error("empty field path")]
+    Empty,
+    #[error("{0:?} is not a field path (expected Name, Name[] or Name[].Member)")]
+    NotAPath(String),
+}
+
 /// Parse a MustPreserveFields entry such as `ContextItems[].Description`.
-pub fn parse_field_path(path: &str) -> Result<Vec<PathSegment>, String> {
+pub fn parse_field_path(path: &str) -> Result<Vec<PathSegment>, BadFieldPath> {
     if path.is_empty() {
-        return Err("empty field path".to_owned());
+        return Err(BadFieldPath::Empty);
     }
     path.split('.')
         .map(|part| {
@@ -68,9 +77,7 @@ pub fn parse_field_path(path: &str) -> Result<Vec<PathSegment>, String> {
                 None => (part, false),
             };
             if name.is_empty() || name.contains(['[', ']']) {
-                Err(format!(
-                    "{path:?} is not a field path (expected Name, Name[] or Name[].Member)"
-                ))
+                Err(BadFieldPath::NotAPath(path.to_owned()))
             } else {
                 Ok(PathSegment {
                     name: name.to_owned(),

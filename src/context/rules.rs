@@ -255,7 +255,7 @@ pub fn decide_send(
                 ContextError::invalid(
                     ContextKind::AgentContext,
                     &format!("/CompressionPolicy/MustPreserveFields/{i}"),
-                    e,
+                    e.to_string(),
                 )
             })?;
         }

@@ -133,9 +133,9 @@ pub enum Answer {
 impl Answer {
     /// Read the answer of operation `op` back from its JSON (without the
     /// envelope's `ok` and `follow_up_failed`, which are ignored).
-    pub fn from_value(op: &str, v: Value) -> Result<Answer, String> {
-        fn de<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, String> {
-            serde_json::from_value(v).map_err(|e| e.to_string())
+    pub fn from_value(op: &str, v: Value) -> Result<Answer, AnswerError> {
+        fn de<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, AnswerError> {
+            serde_json::from_value(v).map_err(AnswerError::Shape)
         }
         Ok(match op {
             "publish_agent" => Answer::PublishAgent(de(v)?),
@@ -154,9 +154,18 @@ impl Answer {
             "issue_token" => Answer::IssueToken(de(v)?),
             "revoke_token" => Answer::RevokeToken(de(v)?),
             "forget_task" => Answer::ForgetTask(de(v)?),
-            other => return Err(format!("no operation {other:?}")),
+            other => return Err(AnswerError::NoOperation(other.to_owned())),
         })
     }
+}
+
+/// Why an answer's JSON is not the answer of its operation.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error("no operation {0:?}")]
+    NoOperation(String),
+    #[error("{0}")]
+    Shape(serde_json::Error),
 }
 
 /// `publish_agent`: the version and its loop check (R10).

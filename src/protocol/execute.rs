@@ -15,6 +15,8 @@ use serde_json::Value;
 pub enum OpError {
     #[error("{0}")]
     BadRequest(String),
+    #[error(transparent)]
+    BadContent(#[from] super::request::BadContent),
     #[error("unknown op {0:?}; expected one of {ops}", ops = super::request::OPS.join(", "))]
     UnknownOp(String),
     #[error("{0}")]
@@ -24,7 +26,7 @@ pub enum OpError {
 impl OpError {
     pub fn code(&self) -> Code {
         match self {
-            OpError::BadRequest(_) => Code::InvalidRequest,
+            OpError::BadRequest(_) | OpError::BadContent(_) => Code::InvalidRequest,
             OpError::UnknownOp(_) => Code::UnknownOp,
             OpError::Ledger(e) => e.code(),
         }
@@ -90,9 +92,7 @@ fn close_command(r: &CloseRunOp) -> Result<CloseRun, OpError> {
         .artifacts
         .iter()
         .map(|(name, c)| {
-            let bytes = c
-                .bytes(&format!("close_run: artifact {name:?}"))
-                .map_err(OpError::BadRequest)?;
+            let bytes = c.bytes(&format!("close_run: artifact {name:?}"))?;
             Ok((name.clone(), bytes))
         })
         .collect::<Result<_, OpError>>()?;
@@ -129,7 +129,7 @@ pub fn validate(request: &Request) -> Result<(), OpError> {
         Request::PutBlob(r) => {
             content_bytes("put_blob", r.content.as_deref(), r.content_b64.as_deref())
                 .map(|_| ())
-                .map_err(OpError::BadRequest)
+                .map_err(OpError::from)
         }
         _ => Ok(()),
     }
@@ -194,9 +194,9 @@ pub fn execute(engine: &mut Engine, request: &Request) -> Result<Answer, OpError
             })
         }
         Request::PutBlob(r) => {
-            super::request::check_media_type(&r.media_type).map_err(OpError::BadRequest)?;
-            let content = content_bytes("put_blob", r.content.as_deref(), r.content_b64.as_deref())
-                .map_err(OpError::BadRequest)?;
+            super::request::check_media_type(&r.media_type)?;
+            let content =
+                content_bytes("put_blob", r.content.as_deref(), r.content_b64.as_deref())?;
             let (uri, digest, size) = engine.put_blob(&r.task, &content, &r.media_type, r.ttl_s)?;
             Answer::PutBlob(BlobPut { uri, digest, size })
         }

@@ -368,12 +368,12 @@ pub const MAX_MEDIA_TYPE_BYTES: usize = 255;
 /// A media type as RFC 6838 writes one: `type/subtype` of restricted-name
 /// characters, then optional `; name=value` parameters of visible ASCII;
 /// at most [`MAX_MEDIA_TYPE_BYTES`]. What the trail shows, so nothing else.
-pub fn check_media_type(m: &str) -> Result<(), String> {
+pub fn check_media_type(m: &str) -> Result<(), BadContent> {
     let bad = |why: &str| {
-        Err(format!(
-            "put_blob: media_type {:?} {why}",
-            m.chars().take(80).collect::<String>()
-        ))
+        Err(BadContent::MediaType {
+            media_type: m.chars().take(80).collect(),
+            why: why.to_owned(),
+        })
     };
     if m.len() > MAX_MEDIA_TYPE_BYTES {
         return bad(&format!("is longer than {MAX_MEDIA_TYPE_BYTES} bytes"));
@@ -399,23 +399,42 @@ pub fn check_media_type(m: &str) -> Result<(), String> {
     Ok(())
 }
 
-pub fn content_bytes(what: &str, text: Option<&str>, b64: Option<&str>) -> Result<Vec<u8>, String> {
+pub fn content_bytes(
+    what: &str,
+    text: Option<&str>,
+    b64: Option<&str>,
+) -> Result<Vec<u8>, BadContent> {
     use base64::Engine as _;
+    let what = what.to_owned();
     match (text, b64) {
         (Some(t), None) => Ok(t.as_bytes().to_vec()),
         (None, Some(b)) => base64::engine::general_purpose::STANDARD
             .decode(b.as_bytes())
-            .map_err(|e| format!("{what}: content_b64 is not base64: {e}")),
-        (Some(_), Some(_)) => Err(format!("{what}: give content or content_b64, not both")),
-        (None, None) => Err(format!(
-            "{what}: missing content (text) or content_b64 (base64 bytes)"
-        )),
+            .map_err(|source| BadContent::NotBase64 { what, source }),
+        (Some(_), Some(_)) => Err(BadContent::Both { what }),
+        (None, None) => Err(BadContent::Missing { what }),
     }
+}
+
+/// Why a request's content, or its media type, is not well formed.
+#[derive(Debug, thiserror::Error)]
+pub enum BadContent {
+    #[error("put_blob: media_type {media_type:?} {why}")]
+    MediaType { media_type: String, why: String },
+    #[error("{what}: content_b64 is not base64: {source}")]
+    NotBase64 {
+        what: String,
+        source: base64::DecodeError,
+    },
+    #[error("{what}: give content or content_b64, not both")]
+    Both { what: String },
+    #[error("{what}: missing content (text) or content_b64 (base64 bytes)")]
+    Missing { what: String },
 }
 
 impl Content {
     /// The bytes, or why the content is not well formed (naming `what`).
-    pub fn bytes(&self, what: &str) -> Result<Vec<u8>, String> {
+    pub fn bytes(&self, what: &str) -> Result<Vec<u8>, BadContent> {
         match self {
             Content::Text(t) => Ok(t.as_bytes().to_vec()),
             Content::Parts(p) => {
@@ -451,7 +470,7 @@ mod tests {
             "text/pl ain",
             long.as_str(),
         ] {
-            let e = check_media_type(bad).unwrap_err();
+            let e = check_media_type(bad).unwrap_err().to_string();
             assert!(e.contains("media_type"), "{e}");
         }
     }

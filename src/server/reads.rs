@@ -300,7 +300,7 @@ pub(super) fn trust_of(p: &VerifyParams) -> Result<Option<crate::audit::signed::
         .collect::<Result<Vec<_>, _>>()?;
     crate::audit::signed::Trust::new(key, witnesses, p.witnesses)
         .map(|t| Some(t.requiring_all_witnessed(p.all_witnessed)))
-        .map_err(|why| Failure::new(Code::InvalidRequest, why))
+        .map_err(|why| Failure::new(Code::InvalidRequest, why.to_string()))
 }
 
 /// `verify` of the log, read beside the writer (it never blocks the ledger

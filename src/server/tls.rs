@@ -41,14 +41,17 @@ pub enum TlsError {
 }
 
 fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    read_certificates(path).map_err(|why| TlsError::Cert {
+    read_certificates(path, |why| TlsError::Cert {
         path: path.to_path_buf(),
         why,
     })
 }
 
-fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let bad = |why: String| why;
+/// The certificates of a PEM file; `bad` says which flag's file is wrong.
+fn read_certificates(
+    path: &Path,
+    bad: impl Fn(String) -> TlsError,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(path)
         .map_err(|e| bad(e.to_string()))?
         .collect::<Result<Vec<_>, _>>()
@@ -86,7 +89,7 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsE
                 why,
             };
             let mut roots = rustls::RootCertStore::empty();
-            for ca in read_certificates(path).map_err(bad)? {
+            for ca in read_certificates(path, bad)? {
                 roots.add(ca).map_err(|e| bad(e.to_string()))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)

@@ -68,7 +68,7 @@ impl Partition {
         label: String,
         roll_bytes: u64,
         access: Access,
-        may_cut: &dyn Fn(u64) -> Result<(), String>,
+        attested_end: &dyn Fn() -> Option<u64>,
     ) -> Result<(Self, Option<TornTail>), LogError> {
         let read_only = access == Access::ReadOnly;
         let mut left_torn = None;
@@ -145,10 +145,11 @@ impl Partition {
                     });
                 } else {
                     let first = base + positions.len() as u64;
-                    if let Err(attested) = may_cut(first) {
+                    if let Some(end) = attested_end().filter(|&end| end > first) {
                         return Err(LogError::Corrupt(format!(
-                            "{} at byte {pos} (record offset {first}): {why}; {attested}, so it was durable before: this is damage, not a torn tail from a crash, and nothing was cut (restore the segment from a copy)",
-                            path.display()
+                            "{} at byte {pos} (record offset {first}): {why}; a checkpoint attests {label} up to offset {}, so it was durable before: this is damage, not a torn tail from a crash, and nothing was cut (restore the segment from a copy)",
+                            path.display(),
+                            end - 1
                         )));
                     }
                     tracing::warn!(
