@@ -2,7 +2,7 @@
 //! keeps the memory and the log records of one operation bounded by a small
 //! multiple of what the caller sent, and going over one is the caller's
 //! fault: a refusal naming the limit, after which the next operation
-//! applies as usual. The README's table of limits lists these.
+//! applies as usual. The table of limits in docs/api.md lists these.
 
 use crate::codes::Code;
 

@@ -228,7 +228,9 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
     };
     let message = match (text.is_empty(), status) {
         (false, _) => text,
-        (true, StatusCode::NOT_FOUND) => "no such route (see the README's table of routes)".into(),
+        (true, StatusCode::NOT_FOUND) => {
+            "no such route (see the table of routes in docs/api.md)".into()
+        }
         (true, StatusCode::METHOD_NOT_ALLOWED) => "this route does not take that method".into(),
         (true, s) => s.canonical_reason().unwrap_or("refused").to_string(),
     };
