@@ -12,7 +12,8 @@ use std::path::PathBuf;
 #[command(
     name = "agentledger",
     version,
-    about = "Event-sourced ledger for multi-agent systems"
+    about = "Event-sourced ledger for multi-agent systems",
+    after_help = "Examples:\n  agentledger demo\n  agentledger --data ./agentledger-demo trail dev-0 --chain\n  agentledger --data ./agentledger-demo verify\n\nEach command's --help has its own; docs/ has the rest."
 )]
 pub struct Cli {
     /// Data directory of the embedded log and the views.
@@ -24,21 +25,26 @@ pub struct Cli {
     )]
     pub data: PathBuf,
     /// Kafka bootstrap servers; without it the embedded log is used.
-    #[arg(long, global = true, env = "AGENTLEDGER_KAFKA")]
+    #[arg(long, global = true, env = "AGENTLEDGER_KAFKA", help_heading = "Kafka")]
     pub kafka: Option<String>,
     /// Prefix of every topic name.
-    #[arg(long, global = true, default_value = "")]
+    #[arg(long, global = true, default_value = "", help_heading = "Kafka")]
     pub topic_prefix: String,
     /// Seconds to wait for Kafka before giving up with an error.
-    #[arg(long, global = true, default_value_t = 30)]
+    #[arg(long, global = true, default_value_t = 30, help_heading = "Kafka")]
     pub kafka_timeout: u64,
     /// Speak TLS to the Kafka brokers, trusting the system's certificate
     /// authorities (or --kafka-tls-ca).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Kafka")]
     pub kafka_tls: bool,
     /// A PEM file of the certificate authority that signs the Kafka
     /// brokers' certificates (implies --kafka-tls).
-    #[arg(long, global = true, env = "AGENTLEDGER_KAFKA_TLS_CA")]
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTLEDGER_KAFKA_TLS_CA",
+        help_heading = "Kafka"
+    )]
     pub kafka_tls_ca: Option<PathBuf>,
     /// SASL mechanism to log in to the brokers with: scram-sha-512
     /// (default), scram-sha-256 or plain (plain only over TLS).
@@ -46,7 +52,8 @@ pub struct Cli {
         long,
         global = true,
         env = "AGENTLEDGER_KAFKA_SASL_MECHANISM",
-        requires = "kafka_user"
+        requires = "kafka_user",
+        help_heading = "Kafka"
     )]
     pub kafka_sasl_mechanism: Option<SaslMechanism>,
     /// SASL user name on the Kafka brokers (with --kafka-password-file).
@@ -54,7 +61,8 @@ pub struct Cli {
         long,
         global = true,
         env = "AGENTLEDGER_KAFKA_USER",
-        requires = "kafka_password_file"
+        requires = "kafka_password_file",
+        help_heading = "Kafka"
     )]
     pub kafka_user: Option<String>,
     /// A file whose first line is the SASL password (a file, so that the
@@ -63,7 +71,8 @@ pub struct Cli {
         long,
         global = true,
         env = "AGENTLEDGER_KAFKA_PASSWORD_FILE",
-        requires = "kafka_user"
+        requires = "kafka_user",
+        help_heading = "Kafka"
     )]
     pub kafka_password_file: Option<PathBuf>,
     /// Seal each task's context records with a key of its own, erased
@@ -75,42 +84,58 @@ pub struct Cli {
         long,
         global = true,
         default_value = "auto",
-        env = "AGENTLEDGER_SEAL_CONTEXT"
+        env = "AGENTLEDGER_SEAL_CONTEXT",
+        help_heading = "Keys and sealing"
     )]
     pub seal_context: SealContext,
     /// How long a task's context (its key) lives, in seconds.
-    #[arg(long, global = true, default_value_t = agentledger::engine::DEFAULT_CONTEXT_TTL_MS / 1000)]
+    #[arg(long, global = true, default_value_t = agentledger::engine::DEFAULT_CONTEXT_TTL_MS / 1000, help_heading = "Keys and sealing")]
     pub context_ttl_secs: u64,
     /// The ledger's name in the CloudEvents it publishes (`source` =
     /// agentledger/<ledger id>/<agent>). Default: the checkpoint key's
     /// name, else `local`. Every instance of one ledger should give the same.
-    #[arg(long, global = true, env = "AGENTLEDGER_LEDGER_ID")]
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTLEDGER_LEDGER_ID",
+        help_heading = "Keys and sealing"
+    )]
     pub ledger_id: Option<String>,
     /// Memory the views' page cache may take, in MiB. Default: a
     /// sixteenth of the machine's memory, 64 to 256 MiB.
     #[arg(long, global = true, env = "AGENTLEDGER_CACHE_MB", value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     pub cache_mb: Option<u64>,
     /// Partitions of the ledger topic when it is created.
-    #[arg(long, global = true, default_value_t = 4)]
+    #[arg(long, global = true, default_value_t = 4, help_heading = "Kafka")]
     pub ledger_partitions: u32,
     /// Replication factor of the topics when they are created (Kafka).
-    #[arg(long, global = true, default_value_t = 1)]
+    #[arg(long, global = true, default_value_t = 1, help_heading = "Kafka")]
     pub replication: u16,
     /// On Kafka, how many milliseconds old the views may be when an
     /// operation is decided (catching up asks the broker for its offsets).
     /// Another writer's records are never lost either way; a lost race for
     /// the same step is answered `conflict`. 0 = catch up before every one.
-    #[arg(long, global = true, default_value_t = 100)]
+    #[arg(long, global = true, default_value_t = 100, help_heading = "Kafka")]
     pub max_staleness_ms: u64,
     /// The fleet's seal key (made by `key generate --seal`; the same file
     /// on every instance of one ledger on Kafka): task keys are shared
     /// between instances wrapped with it. Without it, <data>/seal.key when
     /// that exists.
-    #[arg(long, global = true, env = "AGENTLEDGER_SEAL_KEY")]
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTLEDGER_SEAL_KEY",
+        help_heading = "Keys and sealing"
+    )]
     pub seal_key: Option<PathBuf>,
     /// The key that signs checkpoints (made by `key generate`); without
     /// it, <data>/checkpoint.key when that exists.
-    #[arg(long, global = true, env = "AGENTLEDGER_CHECKPOINT_KEY")]
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTLEDGER_CHECKPOINT_KEY",
+        help_heading = "Keys and sealing"
+    )]
     pub checkpoint_key: Option<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
@@ -118,19 +143,32 @@ pub struct Cli {
     /// Go through the agentledger server at this URL (e.g.
     /// http://127.0.0.1:8700). Without it, a server that owns the data dir
     /// is found through <data>/serve.addr.
-    #[arg(long, global = true, env = "AGENTLEDGER_SERVER")]
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTLEDGER_SERVER",
+        help_heading = "Through a server"
+    )]
     pub server: Option<String>,
     /// A PEM file of the certificate authority to trust when going
     /// through a server over HTTPS (besides the system's).
-    #[arg(long, global = true, env = "AGENTLEDGER_TLS_CA")]
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTLEDGER_TLS_CA",
+        help_heading = "Through a server"
+    )]
     pub tls_ca: Option<PathBuf>,
     /// A file holding the bearer token to show the server (the token may
     /// also be given in AGENTLEDGER_TOKEN). Without either, the session
     /// token a server on this data dir wrote to <data>/serve.token is used.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Through a server")]
     pub token_file: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
+    /// Whether `--data` (or AGENTLEDGER_DATA) was given, not defaulted.
+    #[arg(skip)]
+    pub data_given: bool,
 }
 
 /// `--as PRINCIPAL [--scope SCOPE]…`: the operator acting as another
@@ -139,7 +177,7 @@ pub struct Cli {
 pub struct ActingAs {
     /// Act as this principal (operator, platform:NAME, agent:NAME,
     /// auditor, consumer): what it may not do is refused `forbidden`, and
-    /// what it writes is recorded as its.
+    /// every record it writes names it.
     #[arg(long = "as", value_name = "PRINCIPAL")]
     pub principal: Option<String>,
     /// A scope granted to the principal of `--as` (platforms need one;
@@ -174,9 +212,15 @@ pub enum SealContext {
 #[derive(Subcommand)]
 pub enum ProofCommand {
     /// The inclusion proof of the record at OFFSET.
-    Inclusion { offset: u64 },
+    Inclusion {
+        /// The record's offset in the partition (its leaf index).
+        offset: u64,
+    },
     /// The consistency proof from the tree of OLD records.
-    Consistency { old: u64 },
+    Consistency {
+        /// The size of the older tree, in records.
+        old: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -209,6 +253,8 @@ pub enum KeyCommand {
         /// Show the witness key (<data>/witness.key unless --key-file).
         #[arg(long)]
         witness: bool,
+        /// The key file to show (default: the checkpoint key's place, or
+        /// <data>/witness.key with --witness).
         #[arg(long)]
         key_file: Option<PathBuf>,
         /// Show the seal key's fingerprint (never the key): the same on
@@ -239,7 +285,10 @@ pub enum TokenCommand {
     List,
     /// Withdraw a token by its id (as `list` shows it); every instance
     /// refuses it once it has caught up (its staleness bound).
-    Revoke { id: String },
+    Revoke {
+        /// The token's id, `tok_…` (never the token itself).
+        id: String,
+    },
 }
 
 // Parsed once per process: `serve`'s many flags cost nothing worth boxing.
@@ -247,7 +296,11 @@ pub enum TokenCommand {
 #[derive(Subcommand)]
 pub enum Command {
     /// Apply JSON-lines operations from a file or `-` (stdin).
+    #[command(
+        after_help = "Examples:\n  echo '{\"op\":\"publish_agent\",\"agent\":\"a1\",\"scope\":\"acme/x\"}' | agentledger --data ./ledger apply -\n  echo '{\"op\":\"open_run\",\"run\":\"r1\",\"agent\":\"a1\"}' | agentledger --data ./ledger apply --as platform:acme --scope acme/x -"
+    )]
     Apply {
+        /// The operations, one JSON object per line; `-` reads stdin.
         file: String,
         /// Longest accepted line in bytes.
         #[arg(long, default_value_t = MAX_LINE_BYTES)]
@@ -256,8 +309,13 @@ pub enum Command {
         acting: ActingAs,
     },
     /// Show the trail of a run (or of its whole chain).
+    #[command(
+        after_help = "Examples:\n  agentledger --data ./agentledger-demo trail dev-0 --chain\n  agentledger --data ./agentledger-demo --json trail dev-0\n  agentledger --data ./agentledger-demo trail dev-0 --otlp -"
+    )]
     Trail {
+        /// The run whose trail to show.
         run: String,
+        /// The trail of the run's whole chain, from its root, instead.
         #[arg(long)]
         chain: bool,
         #[command(flatten)]
@@ -273,14 +331,24 @@ pub enum Command {
         otlp: Option<PathBuf>,
     },
     /// Context-exchange totals of a task: bytes inline vs behind references.
+    #[command(
+        after_help = "Examples:\n  agentledger --data ./agentledger-demo stats tour\n  agentledger --data ./agentledger-demo --json stats doctor"
+    )]
     Stats {
+        /// The task (its TaskID).
         task: String,
         #[command(flatten)]
         acting: ActingAs,
     },
     /// Recompute every digest and hash chain from the log (or check an
     /// export file alone); exit 0 clean, 1 mismatch, 2 unable to read.
+    #[command(
+        after_help = "Examples:\n  agentledger --data ./agentledger-demo verify\n  agentledger --data ./agentledger-demo export --chain dev-0 --out dev-0.jsonl && agentledger verify --export dev-0.jsonl"
+    )]
     Verify {
+        /// Check this export file (`agentledger export`) alone, offline,
+        /// instead of the log: its records against the checkpoints and
+        /// proofs it carries.
         #[arg(long)]
         export: Option<PathBuf>,
         /// Also check the checkpoints this verifier key signed (as `key
@@ -322,6 +390,9 @@ pub enum Command {
         acting: ActingAs,
     },
     /// Write checkpoints now, covering every record of the log.
+    #[command(
+        after_help = "Examples:\n  agentledger --data ./agentledger-demo checkpoint\n  agentledger --data ./agentledger-demo --json checkpoint"
+    )]
     Checkpoint,
     /// Witness a ledger: follow each of its logs at --log (a `serve
     /// --listen` URL), check every new signed checkpoint is consistent
@@ -363,6 +434,7 @@ pub enum Command {
         /// The topic: ledger or registry.
         #[arg(long, default_value = "ledger", global = true)]
         topic: String,
+        /// The partition of the topic.
         #[arg(long, default_value_t = 0, global = true)]
         partition: u32,
         /// The tree size to prove in (default: every record of the partition).
@@ -370,9 +442,14 @@ pub enum Command {
         size: Option<u64>,
     },
     /// Export a run's or a chain's records with their covering checkpoints.
+    #[command(
+        after_help = "Examples:\n  agentledger --data ./agentledger-demo export --chain dev-0 --out dev-0.jsonl\n  agentledger --data ./agentledger-demo export --run dev-0"
+    )]
     Export {
+        /// The run to export.
         #[arg(long, conflicts_with = "chain")]
         run: Option<String>,
+        /// The chain to export, by its root run (or any run of it).
         #[arg(long)]
         chain: Option<String>,
         /// Only records at or before this ledger offset.
@@ -386,7 +463,11 @@ pub enum Command {
     },
     /// Show the runs of a run's chain with their hops, or draw the chain
     /// (`--format svg > chain.svg`, `--format dot | dot -Tpng`).
+    #[command(
+        after_help = "Examples:\n  agentledger --data ./agentledger-demo chain dev-0\n  agentledger --data ./agentledger-demo chain dev-0 --format svg > chain.svg"
+    )]
     Chain {
+        /// A run of the chain (its root or any other).
         run: String,
         /// text (or --json), or a picture: dot (Graphviz) or svg.
         #[arg(long, value_parser = ["text", "json", "dot", "svg"])]
@@ -395,16 +476,24 @@ pub enum Command {
         acting: ActingAs,
     },
     /// Show an agent's versions and their loop warnings.
+    #[command(
+        after_help = "Examples:\n  agentledger --data ./agentledger-demo agent developer\n  agentledger --data ./agentledger-demo --json agent reviewer"
+    )]
     Agent {
+        /// The agent's name.
         name: String,
         #[command(flatten)]
         acting: ActingAs,
     },
     /// Rebuild every view from the log.
+    #[command(after_help = "Examples:\n  agentledger --data ./agentledger-demo rebuild")]
     Rebuild,
     /// Remove from the content store the bytes no live reference holds (an
     /// artifact's reference never expires; a task's blob grant expires at
     /// its TTL). `serve` runs this sweep on its own.
+    #[command(
+        after_help = "Examples:\n  agentledger --data ./agentledger-demo gc\n  agentledger --data ./agentledger-demo gc --grace-secs 0"
+    )]
     Gc {
         /// Leave bytes written less than this many seconds ago: the ledger
         /// record naming them may not be projected yet.
@@ -412,12 +501,18 @@ pub enum Command {
         grace_secs: u64,
     },
     /// Log ends, projected offsets, lag, dispatcher cursors and view sizes.
+    #[command(
+        after_help = "Examples:\n  agentledger --data ./agentledger-demo status\n  agentledger --data ./agentledger-demo --json status"
+    )]
     Status {
         #[command(flatten)]
         acting: ActingAs,
     },
     /// Run the projector, the dispatcher and checkpoints continuously until
     /// ctrl-c or SIGTERM.
+    #[command(
+        after_help = "Examples:\n  agentledger --data ./agentledger-demo serve --listen 127.0.0.1:0        # until ctrl-c or SIGTERM"
+    )]
     Serve {
         /// Consumer group shared by the instances serving one ledger (on
         /// Kafka): its coordinator hands each instance some ledger
@@ -522,7 +617,11 @@ pub enum Command {
         witness_key: Vec<String>,
     },
     /// Follow the agent events actually published, as JSON lines.
+    #[command(
+        after_help = "Examples:\n  agentledger --data ./agentledger-demo subscribe --from-beginning --max 3"
+    )]
     Subscribe {
+        /// Start from the first event published, not from now.
         #[arg(long)]
         from_beginning: bool,
         /// Stop after this many events.
@@ -532,26 +631,36 @@ pub enum Command {
         #[arg(long)]
         idle_exit: Option<u64>,
     },
-    /// Bearer tokens for the network face (serve --listen): issue, list,
-    /// revoke.
-    /// The checkpoint key: `key generate` makes one (kept outside the log,
-    /// mode 0600); `key show` prints its verifier key for auditors.
+    /// The checkpoint key, a witness's key or the fleet's seal key:
+    /// `key generate` makes one (kept outside the log, mode 0600); `key
+    /// show` prints its verifier key for auditors.
+    #[command(
+        after_help = "Examples:\n  agentledger --data ./ledger key generate --name ledger.example/l1\n  agentledger --data ./ledger key show"
+    )]
     Key {
         #[command(subcommand)]
         command: KeyCommand,
     },
+    /// Bearer tokens for the network face (serve --listen): issue, list,
+    /// revoke.
+    #[command(
+        after_help = "Examples:\n  agentledger --data ./agentledger-demo token issue --principal auditor --expires 1h\n  agentledger --data ./agentledger-demo token list"
+    )]
     Token {
         #[command(subcommand)]
         command: TokenCommand,
     },
     /// Print the JSON Schema (2020-12) of every operation and its reply
     /// (what `schemas/ops.json` holds).
+    #[command(after_help = "Examples:\n  agentledger schema > ops.json")]
     Schema,
     /// Play the seed scenarios end to end on a fresh data dir.
+    #[command(after_help = "Examples:\n  agentledger demo\n  agentledger --data ./my-demo demo")]
     Demo {
-        /// Where the demo keeps its data (wiped at start if a previous demo made it).
-        #[arg(long, default_value = "./agentledger-demo")]
-        dir: PathBuf,
+        /// Where the demo keeps its data (wiped at start if a previous demo
+        /// made it); `--data` names it too. Default: ./agentledger-demo.
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -572,3 +681,52 @@ pub(super) fn seconds(s: &str) -> Result<std::time::Duration, NotSeconds> {
 #[derive(Debug, thiserror::Error)]
 #[error("{0:?} is not a number of seconds from 0 to 3600")]
 pub(super) struct NotSeconds(String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every subcommand and argument below `cmd` that says nothing of
+    /// itself.
+    fn silent(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                out.push(format!("{path}: argument {id} has no help"));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            let name = format!("{path} {}", sub.get_name());
+            if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                out.push(format!("{name}: no description"));
+            }
+            silent(sub, &name, out);
+        }
+    }
+
+    #[test]
+    fn every_command_and_argument_says_what_it_is_for() {
+        let mut out = Vec::new();
+        silent(&Cli::command(), "agentledger", &mut out);
+        assert!(out.is_empty(), "{}", out.join("\n"));
+    }
+
+    #[test]
+    fn the_global_flags_are_grouped_by_what_they_are_for() {
+        let cli = Cli::command();
+        for arg in cli.get_arguments() {
+            let name = arg.get_id().as_str();
+            let heading = arg.get_help_heading();
+            if name.starts_with("kafka") || name == "topic_prefix" {
+                assert_eq!(heading, Some("Kafka"), "{name}");
+            }
+            if name.starts_with("seal") || name == "checkpoint_key" {
+                assert_eq!(heading, Some("Keys and sealing"), "{name}");
+            }
+        }
+    }
+}

@@ -10,6 +10,14 @@ use std::path::Path;
 
 const MARKER: &str = ".agentledger-demo";
 
+/// Where the demo plays without `--dir` or `--data`.
+pub const DEFAULT_DIR: &str = "./agentledger-demo";
+
+/// Whether `dir` holds a demo's ledger.
+pub fn made(dir: &Path) -> bool {
+    dir.join(MARKER).exists()
+}
+
 struct Demo {
     engine: Engine,
     ops: u64,

@@ -24,10 +24,11 @@ use agentledger::apply::{apply_stream_as, apply_stream_with};
 use agentledger::queries::{PictureFormat, Query};
 use anyhow::{Context, Result};
 use args::{ActingAs, Cli, Command};
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use open::open_engine;
 use rebuild::{gc, rebuild};
 use std::io::{BufReader, Write};
+use std::path::Path;
 
 impl ActingAs {
     /// The grant acted with: the operator's without `--as`.
@@ -80,13 +81,20 @@ impl ActingAs {
 
 /// Exit codes: 0 ok, 1 something refused or malformed, 2 usage or IO.
 pub fn run() -> i32 {
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
+    let cli = match parsed {
+        Ok((mut cli, matches)) => {
+            cli.data_given = data_given(&matches);
+            cli
+        }
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
+    let demo_hint = !cli.data_given && demo::made(Path::new(demo::DEFAULT_DIR));
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -100,10 +108,43 @@ pub fn run() -> i32 {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => 0,
         Err(e) => {
-            eprintln!("agentledger: {}", error_text(&e));
+            use agentledger::{error::LedgerError, log::LogError};
+            let nothing_here = e.chain().any(|c| {
+                matches!(c.downcast_ref::<LogError>(), Some(LogError::NoLedger(_)))
+                    || matches!(
+                        c.downcast_ref::<LedgerError>(),
+                        Some(LedgerError::Log(LogError::NoLedger(_)))
+                    )
+            });
+            if nothing_here && demo_hint {
+                eprintln!(
+                    "agentledger: {}; the demo's ledger is in {dir}: give --data {dir}",
+                    error_text(&e),
+                    dir = demo::DEFAULT_DIR
+                );
+            } else {
+                eprintln!("agentledger: {}", error_text(&e));
+            }
             2
         }
     }
+}
+
+/// Whether `--data` was given on the command line or in the environment
+/// (anywhere on the line: it is global), not left to its default.
+fn data_given(matches: &clap::ArgMatches) -> bool {
+    use clap::parser::ValueSource;
+    let mut m = Some(matches);
+    while let Some(here) = m {
+        if matches!(
+            here.value_source("data"),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        ) {
+            return true;
+        }
+        m = here.subcommand().map(|(_, sub)| sub);
+    }
+    false
 }
 
 /// The error and its causes on one line, each said once: many errors print
@@ -290,7 +331,19 @@ fn run_command(cli: Cli) -> Result<i32> {
         Command::Agent { name, .. } => inspect::ask(&cli, Query::Agent { name: name.clone() }),
         Command::Status { .. } => inspect::ask(&cli, Query::Status),
         Command::Rebuild => rebuild(&cli),
-        Command::Demo { dir } => demo::run(dir),
+        Command::Demo { dir } => {
+            let dir = match (dir, cli.data_given) {
+                (Some(d), true) if *d != cli.data => anyhow::bail!(
+                    "demo: --dir {} and --data {} name two different dirs; give one",
+                    d.display(),
+                    cli.data.display()
+                ),
+                (Some(d), _) => d.clone(),
+                (None, true) => cli.data.clone(),
+                (None, false) => std::path::PathBuf::from(demo::DEFAULT_DIR),
+            };
+            demo::run(&dir)
+        }
         Command::Token { command } => tokens::run(&cli, command),
         Command::Key { command } => audit::key(&cli, command),
         Command::Witness {
