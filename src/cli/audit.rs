@@ -193,7 +193,7 @@ fn write_key_file(path: &std::path::Path, text: &str) -> Result<()> {
 }
 
 /// `key generate` / `key show`.
-pub fn key(cli: &Cli, command: &super::args::KeyCommand) -> Result<i32> {
+pub fn key(cli: &Cli, command: &super::families::KeyCommand) -> Result<i32> {
     use agentledger::audit::note::{KeyKind, SignerKey};
     let place = |witness: bool, file: &Option<std::path::PathBuf>| match (file, witness) {
         (Some(f), _) => f.clone(),
@@ -208,7 +208,7 @@ pub fn key(cli: &Cli, command: &super::args::KeyCommand) -> Result<i32> {
         }
     };
     match command {
-        super::args::KeyCommand::Generate { seal: true, .. } => {
+        super::families::KeyCommand::Generate { seal: true, .. } => {
             let path = super::open::seal_key_path(cli);
             if path.exists() {
                 anyhow::bail!(
@@ -226,7 +226,7 @@ pub fn key(cli: &Cli, command: &super::args::KeyCommand) -> Result<i32> {
             outln!("{}", key.fingerprint());
             Ok(0)
         }
-        super::args::KeyCommand::Show { seal: true, .. } => {
+        super::families::KeyCommand::Show { seal: true, .. } => {
             let path = super::open::seal_key_path(cli);
             let text = std::fs::read_to_string(&path).with_context(|| {
                 format!(
@@ -239,7 +239,7 @@ pub fn key(cli: &Cli, command: &super::args::KeyCommand) -> Result<i32> {
             outln!("{}", key.fingerprint());
             Ok(0)
         }
-        super::args::KeyCommand::Generate {
+        super::families::KeyCommand::Generate {
             name,
             witness,
             key_file,
@@ -277,7 +277,7 @@ pub fn key(cli: &Cli, command: &super::args::KeyCommand) -> Result<i32> {
             outln!("{}", key.verifier());
             Ok(0)
         }
-        super::args::KeyCommand::Show {
+        super::families::KeyCommand::Show {
             witness, key_file, ..
         } => {
             let path = place(*witness, key_file);
@@ -301,7 +301,7 @@ pub fn key(cli: &Cli, command: &super::args::KeyCommand) -> Result<i32> {
 /// sizes asked for do not exist.
 pub fn proof(
     cli: &Cli,
-    what: &super::args::ProofCommand,
+    what: &super::families::ProofCommand,
     topic: &str,
     partition: u32,
     size: Option<u64>,
@@ -330,11 +330,13 @@ pub fn proof(
         return Ok(1);
     }
     let want = match what {
-        super::args::ProofCommand::Inclusion { offset } => Wanted::Inclusion {
+        super::families::ProofCommand::Inclusion { offset } => Wanted::Inclusion {
             index: *offset,
             size,
         },
-        super::args::ProofCommand::Consistency { old } => Wanted::Consistency { old: *old, size },
+        super::families::ProofCommand::Consistency { old } => {
+            Wanted::Consistency { old: *old, size }
+        }
     };
     // Straight from the records, memory O(log n) (the tiles a server keeps
     // are derived data; this answers for the log itself).
@@ -342,10 +344,10 @@ pub fn proof(
     leaf_hashes(log.as_ref(), t, partition, 0, size, &mut |h| tree.push(h))?;
     let root = tree.root_at(size).unwrap_or_default();
     let (kind, at, proof) = match what {
-        super::args::ProofCommand::Inclusion { offset } => {
+        super::families::ProofCommand::Inclusion { offset } => {
             ("inclusion", *offset, tree.inclusion(*offset, size))
         }
-        super::args::ProofCommand::Consistency { old } => {
+        super::families::ProofCommand::Consistency { old } => {
             ("consistency", *old, tree.consistency(*old, size))
         }
     };
@@ -357,8 +359,8 @@ pub fn proof(
     let mut out = json!({"topic": topic, "partition": partition, "tree_size": size,
                          "root": b64(&root), "hashes": hashes});
     match what {
-        super::args::ProofCommand::Inclusion { .. } => out["leaf_index"] = json!(at),
-        super::args::ProofCommand::Consistency { .. } => {
+        super::families::ProofCommand::Inclusion { .. } => out["leaf_index"] = json!(at),
+        super::families::ProofCommand::Consistency { .. } => {
             out["old_size"] = json!(at);
             out["old_root"] = json!(b64(&tree.root_at(at).unwrap_or_default()));
         }

@@ -12,12 +12,14 @@ macro_rules! outln {
 mod args;
 mod audit;
 mod demo;
+mod families;
 mod inspect;
 mod open;
 mod rebuild;
 mod remote;
 mod serve;
 mod tokens;
+mod values;
 mod witness;
 
 use agentledger::apply::{apply_stream_as, apply_stream_with};

@@ -3,7 +3,7 @@
 //! keys.
 
 use super::args::Cli;
-use super::args::SealContext;
+use super::values::SealContext;
 use agentledger::engine::{DataDir, Engine, EngineOptions};
 use agentledger::log::embedded::EmbeddedLog;
 use agentledger::log::kafka::KafkaConfig;

@@ -3,7 +3,8 @@
 //! the ledger (through the server that owns the data dir, or into the data
 //! dir itself).
 
-use super::args::{Cli, TokenCommand};
+use super::args::Cli;
+use super::families::TokenCommand;
 use super::inspect;
 use super::open::open_engine;
 use super::remote;
