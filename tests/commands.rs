@@ -175,3 +175,34 @@ fn the_views_cache_is_bounded_by_cache_mb_and_zero_is_refused() {
     let (code, _, err) = cli(d.path(), &["--cache-mb", "16", "rebuild"]);
     assert_eq!(code, 0, "{err}");
 }
+
+#[test]
+fn verify_says_how_much_no_checkpoint_attests_and_can_require_it_all() {
+    let d = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(d.path());
+    l.drive_loop("r0");
+    drop(l);
+    let (code, out, err) = cli(d.path(), &["verify"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("records are not yet attested by any checkpoint"),
+        "{out}"
+    );
+    let (code, out, _) = cli(d.path(), &["verify", "--require-attested"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("NOT ATTESTED"), "{out}");
+    let (code, out, _) = cli(d.path(), &["--json", "verify", "--require-attested"]);
+    assert_eq!(code, 1, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ok"], false, "{v}");
+    assert!(v["unattested"].as_u64().unwrap() > 0, "{v}");
+    let (code, _, err) = cli(d.path(), &["checkpoint"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cli(d.path(), &["verify", "--require-attested"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("clean: every digest and chain head matches")
+            && !out.contains("not yet attested"),
+        "{out}"
+    );
+}

@@ -298,6 +298,11 @@ pub enum Command {
         /// ledger record.
         #[arg(long, conflicts_with = "export")]
         published: bool,
+        /// Fail (exit 1) when any record lies under no checkpoint: without
+        /// it such records are counted and said, and the log is clean if
+        /// every digest and chain head matches.
+        #[arg(long)]
+        require_attested: bool,
         #[command(flatten)]
         acting: ActingAs,
     },

@@ -43,6 +43,7 @@ pub struct VerifyAsked<'a> {
     pub witnesses: Option<usize>,
     pub all_witnessed: bool,
     pub published: bool,
+    pub require_attested: bool,
 }
 
 pub fn verify(cli: &Cli, asked: VerifyAsked<'_>) -> Result<i32> {
@@ -54,6 +55,7 @@ pub fn verify(cli: &Cli, asked: VerifyAsked<'_>) -> Result<i32> {
         witnesses,
         all_witnessed,
         published,
+        require_attested,
     } = asked;
     let key = key.map(verifier_key).transpose()?;
     let since = since
@@ -82,7 +84,13 @@ pub fn verify(cli: &Cli, asked: VerifyAsked<'_>) -> Result<i32> {
         let report = verify_export_trusting(&text, trust.as_ref())
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let subject = format!("export {}", path.display());
-        return super::inspect::print(&queries::verify_said(&report, &[], &subject, cli.json));
+        return super::inspect::print(&queries::verify_said(
+            &report,
+            &[],
+            &subject,
+            cli.json,
+            require_attested,
+        ));
     }
     if let Some(server) = super::remote::server_for(cli)? {
         if since.is_some() {
@@ -90,7 +98,12 @@ pub fn verify(cli: &Cli, asked: VerifyAsked<'_>) -> Result<i32> {
                 "verify --since reads the log itself; stop the server on this data dir, or run it where the log is readable"
             );
         }
-        return super::inspect::print(&server.verify(cli.json, trust.as_ref(), published)?);
+        return super::inspect::print(&server.verify(
+            cli.json,
+            trust.as_ref(),
+            published,
+            require_attested,
+        )?);
     }
     let (_lock, log) = super::open::open_log_read_only(cli)?;
     let total = agentledger::rebuild::projected_records(log.as_ref())?;
@@ -102,6 +115,7 @@ pub fn verify(cli: &Cli, asked: VerifyAsked<'_>) -> Result<i32> {
         trust.as_ref(),
         since.as_deref(),
         published,
+        require_attested,
     )?;
     bar.finish_and_clear();
     super::inspect::print(&said)

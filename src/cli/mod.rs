@@ -289,6 +289,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             witnesses,
             all_witnessed,
             published,
+            require_attested,
             ..
         } => audit::verify(
             &cli,
@@ -300,6 +301,7 @@ fn run_command(cli: Cli) -> Result<i32> {
                 witnesses: *witnesses,
                 all_witnessed: *all_witnessed,
                 published: *published,
+                require_attested: *require_attested,
             },
         ),
         Command::Checkpoint => audit::checkpoint(&cli),

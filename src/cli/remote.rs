@@ -239,10 +239,14 @@ impl Server {
         json: bool,
         trust: Option<&agentledger::audit::signed::Trust>,
         published: bool,
+        require_attested: bool,
     ) -> Result<Said> {
         let mut q = vec![("format", (if json { "json" } else { "text" }).to_string())];
         if published {
             q.push(("published", "true".to_string()));
+        }
+        if require_attested {
+            q.push(("require_attested", "true".to_string()));
         }
         if let Some(t) = trust {
             q.push(("key", t.key.to_string()));

@@ -61,20 +61,27 @@ pub(super) fn export(
 }
 
 /// What `verify` says of a report: `torn` are torn tails found and left in
-/// place (a crash's leftovers, or evidence: shown either way).
+/// place (a crash's leftovers, or evidence: shown either way). Records no
+/// checkpoint attests are said in any case, and with `require_attested`
+/// fail the check.
 pub fn verify_said(
     report: &crate::audit::VerifyReport,
     torn: &[String],
     subject: &str,
     json: bool,
+    require_attested: bool,
 ) -> Said {
     let mut out = String::new();
+    let unattested = report.records.saturating_sub(report.covered);
+    let refused = require_attested && unattested > 0;
+    let ok = report.clean() && !refused;
     if json {
         line!(
             out,
             "{}",
-            json!({"ok": report.clean(), "records": report.records, "checkpoints": report.checkpoints,
-                   "covered": report.covered, "first_mismatch": report.first(), "mismatches": report.mismatches,
+            json!({"ok": ok, "records": report.records, "checkpoints": report.checkpoints,
+                   "covered": report.covered, "unattested": unattested,
+                   "first_mismatch": report.first(), "mismatches": report.mismatches,
                    "torn_tails": torn, "signed": report.signed, "since": report.since,
                    "published": report.published})
         );
@@ -145,7 +152,15 @@ pub fn verify_said(
                 out,
                 "clean: every digest and chain head matches, and every record lies under a signed checkpoint whose Merkle root matches"
             ),
-            None => line!(out, "clean: every digest and chain head matches"),
+            None if unattested == 0 => {
+                line!(out, "clean: every digest and chain head matches")
+            }
+            None => line!(
+                out,
+                "clean: every digest and chain head matches; {} of {} records are not yet attested by any checkpoint (`agentledger checkpoint` attests them, signed once `agentledger key generate` made a key)",
+                if unattested == report.records { "all".to_string() } else { unattested.to_string() },
+                report.records
+            ),
             Some(m) => {
                 line!(out, "MISMATCH at {m}");
                 for other in report.mismatches.iter().skip(1) {
@@ -154,10 +169,16 @@ pub fn verify_said(
             }
         }
     }
+    if refused && !json {
+        line!(
+            out,
+            "NOT ATTESTED: {unattested} records lie under no checkpoint (--require-attested)"
+        );
+    }
     Said {
         out,
         failure: None,
-        unclean: !report.clean(),
+        unclean: !ok,
     }
 }
 
@@ -170,6 +191,7 @@ pub fn verify(
     trust: Option<&crate::audit::signed::Trust>,
     since: Option<&str>,
     published: bool,
+    require_attested: bool,
 ) -> Result<Said, LedgerError> {
     let (mut report, for_key) = match trust {
         // One pass: the leaf digests the checkpoints are checked with
@@ -211,5 +233,6 @@ pub fn verify(
         &log.torn_tails(),
         &log.describe(),
         json,
+        require_attested,
     ))
 }

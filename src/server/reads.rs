@@ -266,6 +266,9 @@ pub struct VerifyParams {
     /// Hold the published topic against the ledger too.
     #[serde(default)]
     published: bool,
+    /// Records no checkpoint attests fail the check.
+    #[serde(default)]
+    require_attested: bool,
 }
 
 /// The keys a verify request trusts.
@@ -327,6 +330,7 @@ pub(super) async fn verify(
     };
     let json = p.format.as_deref() != Some("text");
     let p_published = p.published;
+    let p_require_attested = p.require_attested;
     let log = s.ledger.log.clone();
     let said = tokio::task::spawn_blocking(move || {
         queries::verify(
@@ -336,6 +340,7 @@ pub(super) async fn verify(
             trust.as_ref(),
             None,
             p_published,
+            p_require_attested,
         )
     })
     .await;
