@@ -206,3 +206,28 @@ fn verify_says_how_much_no_checkpoint_attests_and_can_require_it_all() {
         "{out}"
     );
 }
+
+#[test]
+fn trails_say_times_as_people_read_them() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("demo");
+    let (code, out, err) = cli(&dir, &["demo"]);
+    assert_eq!(code, 0, "{err}");
+    let stored: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains(" stored cas://"))
+        .collect();
+    assert!(!stored.is_empty(), "{out}");
+    for l in &stored {
+        assert!(l.contains(" until 20") && l.contains("Z (by "), "{l}");
+        assert!(!l.contains(" ms (by "), "{l}");
+    }
+    let expired = out
+        .lines()
+        .find(|l| l.contains("REFUSED (expired)"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        expired.contains("expired at 20") && !expired.contains("unix ms"),
+        "{expired}"
+    );
+}

@@ -135,6 +135,21 @@ fn the_readme_is_a_front_door() {
 }
 
 #[test]
+fn the_glossary_explains_every_code_an_answer_can_carry() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let glossary = std::fs::read_to_string(root.join("docs/glossary.md")).unwrap();
+    let missing: Vec<&str> = agentledger::codes::Code::ALL
+        .iter()
+        .map(|c| c.as_str())
+        .filter(|c| !glossary.contains(&format!("| `{c}` |")))
+        .collect();
+    assert!(missing.is_empty(), "docs/glossary.md lacks {missing:?}");
+    for rule in 1..=16 {
+        assert!(glossary.contains(&format!("| R{rule} |")), "R{rule}");
+    }
+}
+
+#[test]
 fn the_link_checker_finds_a_broken_link() {
     assert_eq!(anchor("Running on Kafka"), "running-on-kafka");
     assert_eq!(

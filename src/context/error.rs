@@ -123,7 +123,7 @@ pub enum ContextError {
         actual: String,
     },
     /// R15: the content's TTL has passed; the digest stays in the ledger.
-    #[error("content of {uri} expired at {expired_at} (unix ms); its digest stays in the ledger")]
+    #[error("content of {uri} expired at {}; its digest stays in the ledger", crate::model::time::rfc3339_ms(*.expired_at))]
     Expired { uri: String, expired_at: u64 },
     /// R15: the reader was never sent this reference.
     #[error("agent {agent:?} was never sent {uri}")]

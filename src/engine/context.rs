@@ -455,8 +455,8 @@ impl Engine {
             };
             if now >= meta.expires_at {
                 return Some(format!(
-                    "its content expired at {} (unix ms)",
-                    meta.expires_at
+                    "its content expired at {}",
+                    crate::model::time::rfc3339_ms(meta.expires_at)
                 ));
             }
             match this.blob_bytes(task, uri) {

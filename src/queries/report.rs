@@ -379,9 +379,10 @@ fn context_line(master_run: &str, ev: &ContextEvent) -> String {
             expires_at,
             ..
         } => format!(
-            "stored {} ({size} bytes, {}) until {expires_at} ms",
+            "stored {} ({size} bytes, {}) until {}",
             short_uri(uri),
-            shown(media_type)
+            shown(media_type),
+            crate::model::time::rfc3339_ms(*expires_at)
         ),
         ContextEvent::BlobRead { reader, uri, .. } => {
             format!(
