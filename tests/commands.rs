@@ -231,3 +231,34 @@ fn trails_say_times_as_people_read_them() {
         "{expired}"
     );
 }
+
+#[test]
+fn checkpoint_json_is_one_object_with_each_logs_signed_note_even_when_nothing_is_written() {
+    let d = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(d.path());
+    l.drive_loop("r0");
+    drop(l);
+    let (code, _, err) = cli(
+        d.path(),
+        &["key", "generate", "--name", "ledger.example/l1"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cli(d.path(), &["--json", "checkpoint"]);
+    assert_eq!(code, 0, "{err}");
+    let first: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
+    assert!(!first["written"].as_array().unwrap().is_empty(), "{first}");
+    let (code, out, err) = cli(d.path(), &["--json", "checkpoint"]);
+    assert_eq!(code, 0, "{err}");
+    let again: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out:?}: {e}"));
+    assert_eq!(again["ok"], true);
+    assert_eq!(again["written"], json!([]), "{again}");
+    let notes = again["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n["topic"] == "ledger"
+            && n["note"]
+                .as_str()
+                .unwrap()
+                .starts_with("agentledger/ledger.example/l1/ledger/")),
+        "{again}"
+    );
+}

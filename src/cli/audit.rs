@@ -124,13 +124,30 @@ pub fn verify(cli: &Cli, asked: VerifyAsked<'_>) -> Result<i32> {
 pub fn checkpoint(cli: &Cli) -> Result<i32> {
     let mut engine = open_engine(cli)?;
     let written = engine.checkpoint(true)?;
+    if cli.json {
+        // One object whatever was written, with each log's current signed
+        // note (what an auditor keeps for a later `verify --since`).
+        let mut notes = Vec::new();
+        for topic in agentledger::audit::checkpoint::CHAINED_TOPICS {
+            for partition in 0..engine.log().partitions(topic) {
+                if let Some(note) = engine.views().checkpoint_note(topic, partition)? {
+                    notes
+                        .push(json!({"topic": topic.name(), "partition": partition, "note": note}));
+                }
+            }
+        }
+        let written: Vec<_> = written
+            .iter()
+            .map(|cp| json!({"topic": cp.topic, "partition": cp.partition, "from": cp.from, "to": cp.to, "head": cp.head}))
+            .collect();
+        outln!(
+            "{}",
+            json!({"ok": true, "written": written, "notes": notes})
+        );
+        return Ok(0);
+    }
     for cp in &written {
-        if cli.json {
-            outln!(
-                "{}",
-                json!({"topic": cp.topic, "partition": cp.partition, "from": cp.from, "to": cp.to, "head": cp.head})
-            );
-        } else if cp.from == cp.to {
+        if cp.from == cp.to {
             outln!(
                 "{}/{} signed at {} (records checkpointed before, now under the key)",
                 cp.topic,
@@ -148,7 +165,7 @@ pub fn checkpoint(cli: &Cli) -> Result<i32> {
             );
         }
     }
-    if written.is_empty() && !cli.json {
+    if written.is_empty() {
         outln!("every record is already attested by a checkpoint");
     }
     Ok(0)
