@@ -2,20 +2,11 @@
 //! `docs/*.md` names a file that exists, and an anchor names a heading of
 //! that file (as GitHub makes anchors from headings).
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+mod common;
 
-fn markdown_files(root: &Path) -> Vec<PathBuf> {
-    let mut files = vec![root.join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    docs.sort();
-    files.extend(docs);
-    files
-}
+use common::markdown_files;
+use std::collections::BTreeSet;
+use std::path::Path;
 
 /// GitHub's anchor of a heading: lower case, punctuation dropped but `-`
 /// and `_`, spaces as `-`.
@@ -72,10 +63,9 @@ fn links(text: &str) -> Vec<(usize, String)> {
 
 #[test]
 fn every_relative_link_of_the_docs_names_a_file_and_a_heading_that_exist() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut broken = Vec::new();
     let mut checked = 0;
-    for file in markdown_files(root) {
+    for file in markdown_files() {
         let text = std::fs::read_to_string(&file).unwrap();
         for (line, target) in links(&text) {
             if target.contains("://") || target.starts_with("mailto:") {

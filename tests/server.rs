@@ -784,63 +784,6 @@ fn sigkill_under_64_writers(kafka: Option<(String, String)>) {
     }
 }
 
-/// The curl lines of the README and of `docs/`, in that order, on one
-/// fresh server: each as written (the data dir and address swapped in).
-#[test]
-fn the_readmes_curl_lines_work_as_written() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let mut texts = vec![std::fs::read_to_string(format!("{root}/README.md")).unwrap()];
-    let mut docs: Vec<_> = std::fs::read_dir(format!("{root}/docs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    docs.sort();
-    texts.extend(docs.iter().map(|p| std::fs::read_to_string(p).unwrap()));
-    let lines: Vec<&str> = texts
-        .iter()
-        .flat_map(|t| t.lines())
-        .filter(|l| l.starts_with("curl ") && l.contains("localhost:8700"))
-        .collect();
-    // One in the README's tour, four in docs/api.md.
-    assert!(lines.len() >= 5, "{lines:?}");
-    let d = tempfile::tempdir().unwrap();
-    let s = start(d.path(), None, &[]);
-    let host = s.url.trim_start_matches("http://").to_string();
-    for line in lines {
-        // Without the comment; a follow (-N) is cut after a moment.
-        let cmd = line
-            .split(" # ")
-            .next()
-            .unwrap()
-            .replace("localhost:8700", &host)
-            .replace("./ledger/", &format!("{}/", d.path().display()));
-        let follow = cmd.contains("-sN");
-        let cmd = if follow {
-            format!("{cmd} --max-time 2")
-        } else {
-            cmd
-        };
-        let out = Command::new("bash").args(["-c", &cmd]).output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        if follow {
-            // curl exits 28 when --max-time cuts the stream.
-            assert_eq!(out.status.code(), Some(28), "{cmd}: {text}");
-            assert!(
-                text.contains("event: published") && text.contains("\"source_run\":\"r1\""),
-                "{cmd}: {text}"
-            );
-            continue;
-        }
-        assert!(out.status.success(), "{cmd}: {:?}", out);
-        for l in text.lines() {
-            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{cmd}: {l}: {e}"));
-            assert!(v["ok"] != json!(false), "{cmd}: {l}");
-        }
-        assert!(!text.trim().is_empty(), "{cmd} printed nothing");
-    }
-}
-
 #[test]
 fn past_its_limits_the_server_says_so_and_applies_nothing() {
     let d = tempfile::tempdir().unwrap();

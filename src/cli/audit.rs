@@ -156,11 +156,11 @@ pub fn checkpoint(cli: &Cli) -> Result<i32> {
             );
         } else {
             outln!(
-                "{}/{} [{}, {}) head {}",
+                "{}/{}: records {} to {} checkpointed, chain head {}",
                 cp.topic,
                 cp.partition,
                 cp.from,
-                cp.to,
+                cp.to - 1,
                 cp.head
             );
         }

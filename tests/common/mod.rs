@@ -740,3 +740,17 @@ pub fn apply_retrying(engine: &mut agentledger::engine::Engine, op: Value, done_
         }
     }
 }
+
+/// The README, then `docs/*.md` by name: the order a newcomer reads them.
+pub fn markdown_files() -> Vec<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    let mut docs: Vec<std::path::PathBuf> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    files
+}
