@@ -232,6 +232,54 @@ fn trails_say_times_as_people_read_them() {
     );
 }
 
+/// One casing on the wire: what the input spells `succeeded` the trail's
+/// JSON spells so too, and reasons go by their codes; the demo shows long
+/// bodies cut and every step a refusal is about.
+#[test]
+fn words_on_the_wire_are_spelt_as_the_input_spells_them() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("demo");
+    let (code, out, err) = cli(&dir, &["demo"]);
+    assert_eq!(code, 0, "{err}");
+    let put_blob = out
+        .lines()
+        .find(|l| l.contains(r#""op":"put_blob""#))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        put_blob.chars().count() < 300 && put_blob.contains("characters)"),
+        "the blob's body is shown whole: {put_blob}"
+    );
+    let echo = out.split("\n3. ").nth(1).unwrap();
+    assert!(
+        echo.contains(r#""op":"open_run","run":"echo-1""#),
+        "echo-1's opening is not shown: {echo}"
+    );
+
+    let (code, out, err) = cli(&dir, &["--json", "trail", "dev-0", "--chain"]);
+    assert_eq!(code, 0, "{err}");
+    let steps: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let closed: Vec<&Value> = steps.iter().filter(|s| s["kind"] == "run_closed").collect();
+    assert_eq!(closed.len(), 9, "{out}");
+    for s in &closed {
+        assert_eq!(s["detail"]["status"], "succeeded", "{s}");
+    }
+    let withheld = closed
+        .iter()
+        .find_map(|s| s["detail"]["withheld"].as_object())
+        .unwrap_or_else(|| panic!("nothing withheld: {out}"));
+    assert!(
+        withheld["reason"].get("hop_limit").is_some(),
+        "{withheld:?}"
+    );
+    assert!(
+        !out.contains("Succeeded") && !out.contains("HopLimit"),
+        "{out}"
+    );
+}
+
 #[test]
 fn checkpoint_json_is_one_object_with_each_logs_signed_note_even_when_nothing_is_written() {
     let d = tempfile::tempdir().unwrap();

@@ -126,6 +126,9 @@ fn pages_ask_for_the_token_and_escape_what_they_show() {
     // The see-a-doctor task: three subtasks, layer one failed on one,
     // every one accepted by the master, and the bytes chart.
     assert_eq!(page.matches("<tr class=\"subtask\">").count(), 3, "{page}");
+    // The mode as the wire spells it.
+    assert_eq!(page.matches("<td>sync</td>").count(), 3, "{page}");
+    assert!(!page.contains("<td>Sync</td>"), "{page}");
     assert!(page.contains("failed: ContextItem"));
     assert_eq!(page.matches("accepted: ").count(), 3);
     assert_eq!(page.matches("<g class=\"bar\"").count(), 4);

@@ -45,8 +45,8 @@ impl Demo {
 
     fn show(&mut self, v: Value, expect_ok: bool) -> Result<Value> {
         let a = self.op(v.clone(), expect_ok)?;
-        outln!("  > {v}");
-        outln!("  < {a}");
+        outln!("  > {}", abbreviated(&v));
+        outln!("  < {}", abbreviated(&a));
         Ok(a)
     }
 
@@ -60,6 +60,29 @@ impl Demo {
             outln!("    {}", report::step_line(&r, &s));
         }
         Ok(())
+    }
+}
+
+/// Longer strings than this are cut when the demo shows an operation.
+const SHOWN_CHARS: usize = 100;
+
+/// The JSON of an operation or answer as the demo shows it: a string value
+/// longer than [`SHOWN_CHARS`] is cut, saying how long it was, so that a
+/// 1,800-character blob reads as one line. The ledger got it whole.
+fn abbreviated(v: &Value) -> Value {
+    match v {
+        Value::String(s) if s.chars().count() > SHOWN_CHARS => {
+            let head: String = s.chars().take(SHOWN_CHARS - 20).collect();
+            Value::String(format!("{head}… ({} characters)", s.chars().count()))
+        }
+        Value::Array(items) => Value::Array(items.iter().map(abbreviated).collect()),
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, v)| (k.clone(), abbreviated(v)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 
@@ -219,11 +242,12 @@ pub fn run(dir: &Path) -> Result<i32> {
         "emits":[{"event":"echo.said","context":"chat","artifacts":[]}]}),
         true,
     )?;
-    d.op(json!({"op":"open_run","run":"echo-1","agent":"echo"}), true)?;
-    d.op(
+    d.show(json!({"op":"open_run","run":"echo-1","agent":"echo"}), true)?;
+    d.show(
         json!({"op":"close_run","run":"echo-1","status":"succeeded","summary":"said"}),
         true,
     )?;
+    outln!("  (echo-1 published echo.said; its own agent is not started by it)");
     d.show(json!({"op":"dispatch"}), true)?;
 
     context_scenarios(&mut d)?;

@@ -30,6 +30,16 @@ pub enum Mode {
     Async,
 }
 
+impl Mode {
+    /// The mode as the wire spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Sync => "sync",
+            Mode::Async => "async",
+        }
+    }
+}
+
 /// The master's verdict on a returned subtask (layer two of R13).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]

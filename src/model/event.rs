@@ -196,10 +196,17 @@ pub struct ReadRefused {
     pub message: String,
 }
 
+/// How a run ended. On the wire (JSON) in lower case, as the input spells
+/// it; the names of older JSON are still read. bincode numbers the
+/// variants, so the stored records are the same either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    #[serde(alias = "Succeeded")]
     Succeeded,
+    #[serde(alias = "Failed")]
     Failed,
+    #[serde(alias = "Cancelled")]
     Cancelled,
 }
 
@@ -230,14 +237,19 @@ pub struct AgentEventOut {
     pub artifacts: Vec<ArtifactRef>,
 }
 
-/// Why a closing run's declared events were not published.
+/// Why a closing run's declared events were not published. In JSON by
+/// its code (`hop_limit`, …), as answers name it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum WithheldReason {
     /// The run is at the hop limit (R2): names the chain's root and the limit.
+    #[serde(alias = "HopLimit")]
     HopLimit { root: String, limit: u32 },
     /// The run was opened without a recorded chain position (R6).
+    #[serde(alias = "ChainUnknown")]
     ChainUnknown,
     /// The run did not succeed; a failed run starts nothing downstream.
+    #[serde(alias = "NotSucceeded")]
     NotSucceeded { status: RunStatus },
 }
 
@@ -270,12 +282,16 @@ pub struct RunClosed {
     pub withheld: Option<Withheld>,
 }
 
-/// Why the dispatcher did not open a listener.
+/// Why the dispatcher did not open a listener. In JSON by its code
+/// (`self_listen`, `scope_barrier`), as answers name it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RefusalReason {
     /// R4: an agent is never started by its own event.
+    #[serde(alias = "SelfListen")]
     SelfListen,
     /// R9: the listener's scope does not cover every `area:` of the artifacts.
+    #[serde(alias = "ScopeBarrier")]
     ScopeBarrier {
         listener_scope: String,
         areas: Vec<String>,
@@ -405,5 +421,37 @@ impl LedgerEvent {
                 .unwrap_or("context"),
             LedgerEvent::ContextErased(_) => "context_erased",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_written_in_lower_case_and_read_in_either() {
+        let closed = serde_json::to_value(WithheldReason::NotSucceeded {
+            status: RunStatus::Failed,
+        })
+        .unwrap();
+        assert_eq!(
+            closed,
+            serde_json::json!({"not_succeeded": {"status": "failed"}})
+        );
+        // JSON an older build wrote (exports, saved trails) still reads.
+        let old: WithheldReason =
+            serde_json::from_str(r#"{"NotSucceeded":{"status":"Cancelled"}}"#).unwrap();
+        assert_eq!(
+            old,
+            WithheldReason::NotSucceeded {
+                status: RunStatus::Cancelled
+            }
+        );
+        let old: RefusalReason = serde_json::from_str(r#""SelfListen""#).unwrap();
+        assert_eq!(old, RefusalReason::SelfListen);
+        assert_eq!(
+            serde_json::to_value(RefusalReason::SelfListen).unwrap(),
+            "self_listen"
+        );
     }
 }

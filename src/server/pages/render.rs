@@ -156,10 +156,10 @@ pub(super) fn render_task(b: &mut String, id: &str, t: &TaskView) {
         };
         let _ = writeln!(
             b,
-            "<tr class=\"subtask\"><td>{}</td><td>{}</td><td>{:?}</td><td class=\"{class}\">{}</td>{l2}<td>{}</td><td>{}</td></tr>",
+            "<tr class=\"subtask\"><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td>{l2}<td>{}</td><td>{}</td></tr>",
             escape(&s.id),
             escape(&s.agent),
-            s.mode,
+            s.mode.as_str(),
             escape(&l1),
             a.inline_bytes,
             a.referenced_bytes
