@@ -63,6 +63,22 @@ fn chain_pictures_on_the_data_dir_and_through_a_server_are_the_same() {
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "image/svg+xml");
     assert_eq!(r.text().unwrap(), svg);
+
+    // The hop-8 chain fits a laptop's 1,280 px, its withheld mark inside.
+    let width = number_after(&svg, "<svg", "width");
+    assert!(width <= 1280, "the picture is {width} px wide");
+    let mark = number_after(&svg, "<g class=\"withheld\"", "x");
+    assert!(
+        mark + 160 <= width,
+        "the withheld mark at x={mark} of {width}"
+    );
+}
+
+/// The number in attribute `name` of the first element from `from` on.
+fn number_after(svg: &str, from: &str, name: &str) -> u32 {
+    let rest = &svg[svg.find(from).unwrap_or_else(|| panic!("no {from}: {svg}"))..];
+    let at = rest.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+    rest[at..].split('"').next().unwrap().parse().unwrap()
 }
 
 #[test]
@@ -110,6 +126,37 @@ fn pages_ask_for_the_token_and_escape_what_they_show() {
         .send()
         .unwrap();
     assert_eq!(index.status(), 200);
+    // The index says what its columns mean and links to the checks, which
+    // answer the same Basic credentials.
+    let index_text = plain
+        .get(format!("{}/", srv.url))
+        .basic_auth("auditor", Some(token(&srv.url)))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        index_text.contains("deepest hop it reached"),
+        "{index_text}"
+    );
+    for link in ["/v1/verify?format=text", "/v1/status?format=text"] {
+        assert!(
+            index_text.contains(&format!("href=\"{link}\"")),
+            "{index_text}"
+        );
+        let r = plain
+            .get(format!("{}{link}", srv.url))
+            .basic_auth("auditor", Some(token(&srv.url)))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200, "{link}");
+        let r = plain
+            .get(format!("{}{link}", srv.url))
+            .basic_auth("auditor", Some("not-the-token"))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 401, "{link}");
+    }
     let index = index.text().unwrap();
     for chain in ["dev-0", "inc-1", "tour-master", "doctor-master"] {
         assert!(

@@ -16,6 +16,7 @@ td, th { border: 1px solid #ddd; padding: .25em .6em; text-align: left; }
 th { background: #f4f4f4; }
 .layout { display: flex; gap: 1.5em; align-items: flex-start; }
 .picture { flex: 0 1 58%; min-width: 20em; overflow-x: auto; border: 1px solid #ddd; }
+.picture svg { max-width: 100%; height: auto; }
 .trail { flex: 1 1 42%; min-width: 24em; max-height: 85vh; overflow-y: auto; }
 .run-steps { border-left: 4px solid #ddd; padding: .2em .8em; margin: .6em 0; }
 .run-steps:target { border-left-color: #1c7ed6; background: #e7f5ff; }
@@ -35,8 +36,12 @@ pub(super) fn page(title: &str, body: &str) -> String {
     )
 }
 
+/// What the index's columns mean, and where the checks are.
+const INDEX_HELP: &str = "<p class=\"help\">Each row is a chain of runs started by one root run: how many runs it has, the deepest hop it reached (the limit is 8), whether a run's events were withheld (at the limit, or from a run that did not succeed), and when its last record was written. Check the whole ledger at <a href=\"/v1/verify?format=text\">verify</a>; see the logs and the views at <a href=\"/v1/status?format=text\">status</a>.</p>\n";
+
 pub fn render_index(rows: &[ChainRow]) -> String {
     let mut b = String::from("<h1>Recent chains</h1>\n");
+    b.push_str(INDEX_HELP);
     if rows.is_empty() {
         b.push_str("<p class=\"empty\">No chain in the log's tail yet.</p>\n");
         return page("recent chains", &b);
