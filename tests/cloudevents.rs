@@ -12,47 +12,10 @@ use agentledger::model::Topic;
 use common::{Backend, Ledger};
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::io::Write;
-use std::process::{Command, Stdio};
-
-/// Fails (never skips) without the Python environment.
-fn python() -> String {
-    match std::env::var("AGENTLEDGER_TEST_PYTHON") {
-        Ok(v) if !v.trim().is_empty() => v,
-        _ => panic!(
-            "AGENTLEDGER_TEST_PYTHON is not set: run the tests with `tools/test` (it makes the \
-             environment with tools/python/setup.sh and exports the variable), or export \
-             AGENTLEDGER_TEST_PYTHON=$(tools/python/setup.sh)"
-        ),
-    }
-}
 
 fn reader(args: &[&str], input: &str) -> Vec<Value> {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tools/python/read_published.py"
-    );
-    let mut child = Command::new(python())
-        .arg(script)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the CloudEvents SDK refused: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = common::run_python("read_published.py", args, &[], input);
+    let v: Value = serde_json::from_slice(&out).unwrap();
     v["events"].as_array().unwrap().clone()
 }
 

@@ -371,7 +371,7 @@ impl Frontier {
         let Some(&(top, _)) = other.edge.first() else {
             return true;
         };
-        if top >= 64 || self.size % (1u64 << top) != 0 {
+        if top >= 64 || !self.size.is_multiple_of(1u64 << top) {
             return false;
         }
         for &(level, hash) in &other.edge {

@@ -111,6 +111,12 @@ enum ClaimError {
 
 impl JwtConfig {
     /// Read the provider's key set (a JWKS document) from `jwks`.
+    /// The issuer tokens must name: the authorization server a client
+    /// asks for one (named in the protected-resource metadata).
+    pub fn issuer(&self) -> &str {
+        &self.issuer
+    }
+
     pub fn load(jwks: &Path, issuer: &str, audience: &str, claim: &str) -> Result<Self, JwtError> {
         let bad = |why: String| JwtError::Jwks {
             path: jwks.to_path_buf(),

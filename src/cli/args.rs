@@ -487,8 +487,8 @@ pub enum Command {
         /// past it a request gets 503 with Retry-After instead of being read.
         #[arg(long, default_value_t = agentledger::model::limits::BODY_BUDGET_BYTES)]
         body_budget_bytes: usize,
-        /// Event streams (SSE, subscribed WebSockets) followed at once;
-        /// more get 503.
+        /// Event streams (SSE, subscribed WebSockets) followed at once,
+        /// and MCP sessions held at once; more get 503.
         #[arg(long, default_value_t = agentledger::model::limits::MAX_STREAMS)]
         max_streams: usize,
         /// Event streams one caller may follow at once. Default: half of
@@ -532,6 +532,12 @@ pub enum Command {
         /// cosignature line is kept, at most 64 per checkpoint.
         #[arg(long, requires = "listen")]
         witness_key: Vec<String>,
+        /// A name the server is reached by (a DNS name, or an address when
+        /// it listens on all of them): its MCP endpoints answer a Host
+        /// header naming it; repeatable. Loopback names and the address
+        /// it listens on are always answered.
+        #[arg(long, value_name = "NAME", requires = "listen")]
+        allowed_host: Vec<String>,
     },
     /// Follow the agent events actually published, as JSON lines.
     #[command(

@@ -422,6 +422,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             jwt_audience,
             jwt_principal_claim,
             witness_key,
+            allowed_host,
         } => serve::serve(
             &cli,
             &serve::ServeOptions {
@@ -474,6 +475,7 @@ fn run_command(cli: Cli) -> Result<i32> {
                             Ok(k)
                         })
                         .collect::<Result<Vec<_>>>()?,
+                    allowed_hosts: allowed_host.clone(),
                 },
             },
             serve::shutdown_flag(),

@@ -12,6 +12,7 @@ pub mod events;
 pub mod intake;
 pub mod ledger;
 mod ledger_thread;
+mod mcp;
 pub mod metrics;
 mod operate;
 mod ops;
@@ -223,7 +224,6 @@ fn listen_until(
     let mut opts = opts;
     // Answers must be out before connections are closed.
     opts.stop_answering_after = grace - (grace / 4).min(Duration::from_millis(500));
-    let state = AppState::new(handle, opts, stopping_rx, &session);
     let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -231,6 +231,12 @@ fn listen_until(
         let bound = listener
             .local_addr()
             .map_err(|e| LedgerError::io("reading the bound address", e))?;
+        // The address it listens on is a name it is reached by (a wildcard
+        // address is not: those names come from --allowed-host).
+        if !bound.ip().is_unspecified() {
+            opts.allowed_hosts.push(bound.ip().to_string());
+        }
+        let state = AppState::new(handle, opts, stopping_rx, &session);
         let file = addr_file(data);
         let tmp = file.with_extension("addr.tmp");
         let url = format!("{}://{bound}", if tls.is_some() { "https" } else { "http" });

@@ -8,12 +8,35 @@ use super::socket::ws;
 use super::state::AppState;
 use super::streams::sse_events;
 use axum::extract::DefaultBodyLimit;
-use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{any, get, post};
 use axum::Router;
 
 pub fn router(state: AppState) -> Router {
     let max_body = state.opts.max_body;
+    // MCP clients expect JSON-RPC errors and MCP's statuses: the endpoint
+    // is outside the layer that rewrites errors into the ledger's answer.
+    let endpoint = super::mcp::endpoint(&state.opts);
+    let mcp = Router::new()
+        .route(
+            "/v1/runs/{run}/mcp",
+            any(
+                move |State(s): State<AppState>, Path(run): Path<String>, request: Request| {
+                    super::mcp::gate(s, run, request, endpoint.clone())
+                },
+            ),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/v1/runs/{run}/mcp",
+            get(
+                |State(s): State<AppState>, Path(run): Path<String>, headers: HeaderMap| {
+                    super::mcp::protected_resource(s, run, headers)
+                },
+            ),
+        )
+        .layer(axum::middleware::from_fn(super::intake::header_limits))
+        .with_state(state.clone());
     Router::new()
         .route("/v1/ops", post(ops))
         .route("/v1/ws", get(ws))
@@ -61,4 +84,5 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(axum::middleware::from_fn(super::intake::header_limits))
         .with_state(state)
+        .merge(mcp)
 }

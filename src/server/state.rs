@@ -43,6 +43,10 @@ pub struct HttpOptions {
     /// Keep cosignatures only of these witnesses (each verified); none
     /// given: any well-formed line, within a bound per checkpoint.
     pub witnesses: Vec<crate::audit::note::VerifierKey>,
+    /// Names the MCP endpoints answer in the Host header besides loopback
+    /// ones (DNS-rebinding protection): the bound address, and the names
+    /// the server is reached by (`--allowed-host`).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for HttpOptions {
@@ -59,6 +63,7 @@ impl Default for HttpOptions {
             tls: None,
             jwt: None,
             witnesses: Vec::new(),
+            allowed_hosts: Vec::new(),
         }
     }
 }

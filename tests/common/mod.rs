@@ -754,3 +754,46 @@ pub fn markdown_files() -> Vec<std::path::PathBuf> {
     files.extend(docs);
     files
 }
+
+/// The Python of `tools/python/setup.sh` (with the SDKs the tests use as
+/// clients), as `tools/test` exports it; fails, never skips, without it.
+pub fn python() -> String {
+    match std::env::var("AGENTLEDGER_TEST_PYTHON") {
+        Ok(v) if !v.trim().is_empty() => v,
+        _ => panic!(
+            "AGENTLEDGER_TEST_PYTHON is not set: run the tests with `tools/test` (it makes the \
+             environment with tools/python/setup.sh and exports the variable), or export \
+             AGENTLEDGER_TEST_PYTHON=$(tools/python/setup.sh)"
+        ),
+    }
+}
+
+/// Run `tools/python/<script>` with `args` and `env`, `input` on its
+/// stdin: its stdout, once it exited 0 (else the test fails with its
+/// stderr).
+pub fn run_python(script: &str, args: &[&str], env: &[(&str, &str)], input: &str) -> Vec<u8> {
+    use std::io::Write;
+    let path = format!("{}/tools/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let mut child = std::process::Command::new(python())
+        .arg(path)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}

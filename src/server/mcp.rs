@@ -1,0 +1,415 @@
+//! `/v1/runs/{run}/mcp`: a run's governed tools as a Model Context
+//! Protocol server (Streamable HTTP, on `rmcp`), so that an agent framework
+//! reaches the ledger through the MCP client it already has. The endpoint
+//! is bound to one run and answers only the run's agent (or the operator):
+//! `read_artifact` takes a name from the run's trigger event — its input
+//! schema is an enum of exactly those names, never refs — and `close_run`
+//! finishes the run. Each call is the same protocol operation `/v1/ops`
+//! takes, decided by the same engine on the ledger thread: this layer
+//! decides nothing. It sits outside the middleware that turns errors into
+//! the ledger's answer object, since MCP clients expect JSON-RPC errors
+//! and HTTP statuses.
+
+use super::access::{caller, Asked};
+use super::ledger::{grant_of, Caller, Gone};
+use super::state::{AppState, HttpOptions};
+use crate::auth::{authorize, facts, Action};
+use crate::codes::Code;
+use crate::protocol::{Failure, ReadArtifactOp, Reply, Request};
+use axum::body::Body;
+use axum::http::{header, HeaderValue, Request as HttpRequest, StatusCode};
+use axum::response::{IntoResponse, Response};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tower_service::Service as _;
+
+/// Who asks, about which run: found by the gate before the MCP service
+/// sees the request, and handed to the tools in the request's extensions.
+#[derive(Clone)]
+struct Bound {
+    run: String,
+    caller: Caller,
+    /// The names the run's trigger event exposes, in its order.
+    names: Vec<String>,
+    /// The server the calls go through (per request, so that no session
+    /// keeps the ledger alive past the server's end).
+    state: AppState,
+}
+
+/// The tools of one run, answered through the ledger thread; what run,
+/// for whom and through which server comes with each request.
+#[derive(Clone, Copy)]
+pub(super) struct RunTools;
+
+/// The MCP service mounted at every run's endpoint, and its sessions
+/// (counted, so that their number stays within `--max-streams`).
+#[derive(Clone)]
+pub(super) struct Endpoint {
+    service: StreamableHttpService<RunTools, LocalSessionManager>,
+    sessions: Arc<LocalSessionManager>,
+}
+
+/// The service for `state`'s server: sessions in memory (each closed after
+/// five idle minutes, rmcp's default), JSON answers where the client
+/// accepts them, and the Host header held to loopback names, the bound
+/// address and the names the operator allowed.
+pub(super) fn endpoint(opts: &HttpOptions) -> Endpoint {
+    let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    hosts.extend(opts.allowed_hosts.iter().cloned());
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
+        .with_json_response(true);
+    let sessions = Arc::new(LocalSessionManager::default());
+    Endpoint {
+        service: StreamableHttpService::new(|| Ok(RunTools), sessions.clone(), config),
+        sessions,
+    }
+}
+
+/// Whether `request` would start a session while `max` are held: a POST
+/// with no `Mcp-Session-Id` (an `initialize`) once the sessions are full.
+async fn no_room(request: &axum::http::request::Parts, e: &Endpoint, max: usize) -> bool {
+    request.method == axum::http::Method::POST
+        && !request.headers.contains_key("mcp-session-id")
+        && e.sessions.sessions.read().await.len() >= max
+}
+
+/// Where the protected-resource metadata (RFC 9728) of the endpoint at
+/// `path` is, on the server the request named.
+fn metadata_url(s: &AppState, host: &str, path: &str) -> String {
+    let scheme = if s.opts.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    format!("{scheme}://{host}/.well-known/oauth-protected-resource{path}")
+}
+
+/// A refusal at the gate: an HTTP status, the ledger's code in a small
+/// JSON body, and for 401 where to learn how to authenticate (RFC 9728).
+fn refused(status: StatusCode, f: &Failure, metadata: Option<&str>) -> Response {
+    let mut r = (
+        status,
+        axum::Json(json!({"error": {"code": f.error.code, "message": f.error.message}})),
+    )
+        .into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        let challenge = match metadata {
+            Some(url) => format!("Bearer realm=\"agentledger\", resource_metadata=\"{url}\""),
+            None => "Bearer realm=\"agentledger\"".to_string(),
+        };
+        if let Ok(v) = HeaderValue::from_str(&challenge) {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+    }
+    r
+}
+
+/// `GET /.well-known/oauth-protected-resource/v1/runs/{run}/mcp`: what a
+/// client needs to get a token for a run's endpoint (RFC 9728): the
+/// resource, that the token goes in the `Authorization` header, and the
+/// JWT issuer the server trusts, if it trusts one (else tokens come from
+/// the operator, `agentledger token issue`).
+pub(super) async fn protected_resource(
+    s: AppState,
+    run: String,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    let scheme = if s.opts.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let issuers: Vec<&str> = s
+        .opts
+        .jwt
+        .iter()
+        .map(|j| j.issuer())
+        .filter(|i| !i.is_empty())
+        .collect();
+    axum::Json(json!({
+        "resource": format!("{scheme}://{host}/v1/runs/{}/mcp", crate::encode::path_segment(&run)),
+        "authorization_servers": issuers,
+        "bearer_methods_supported": ["header"],
+        "resource_name": "agentledger: the governed tools of one agent run",
+    }))
+    .into_response()
+}
+
+/// Who may use run `run`'s tools, and which names it may read: asked on
+/// the ledger thread, by the same policy `/v1/ops` applies to
+/// `read_artifact` of that run.
+fn admit(
+    engine: &mut crate::engine::Engine,
+    caller: &Caller,
+    run: &str,
+    state: AppState,
+) -> Result<Bound, Failure> {
+    let grant = grant_of(engine, caller)?;
+    let views = engine.views();
+    let damaged = |e: crate::views::ViewError| Failure::new(Code::ViewError, e.to_string());
+    let found = views.run(run).map_err(damaged)?.ok_or_else(|| {
+        Failure::new(
+            Code::UnknownRun,
+            format!("run {run:?} is not in the ledger: it has no MCP endpoint"),
+        )
+    })?;
+    let asked = Request::ReadArtifact(ReadArtifactOp {
+        run: run.to_string(),
+        name: String::new(),
+        base64: false,
+    });
+    let facts = facts::gather(views, &asked).map_err(damaged)?;
+    authorize(&grant, Action::Op(&asked), &facts)
+        .map_err(|f| Failure::new(Code::Forbidden, f.to_string()))?;
+    let names = found
+        .trigger
+        .as_ref()
+        .map(|t| t.artifacts.iter().map(|a| a.name.clone()).collect())
+        .unwrap_or_default();
+    Ok(Bound {
+        run: run.to_string(),
+        caller: caller.clone(),
+        names,
+        state,
+    })
+}
+
+/// Every method on `/v1/runs/{run}/mcp`: the caller authenticated and held
+/// to the run, then the request handed to the MCP service.
+pub(super) async fn gate(
+    s: AppState,
+    run: String,
+    request: HttpRequest<Body>,
+    endpoint: Endpoint,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let asked = Asked::of(&parts);
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost")
+        .to_string();
+    let metadata = metadata_url(&s, &host, parts.uri.path());
+    let response = match caller(&s, &asked) {
+        Err(f) => refused(StatusCode::UNAUTHORIZED, &f, Some(&metadata)),
+        Ok(who) => {
+            let (run, state) = (run.clone(), s.clone());
+            match s
+                .in_time(s.ledger.call(move |e| admit(e, &who, &run, state)))
+                .await
+            {
+                Err(_) => refused(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &Failure::new(Code::Timeout, "the ledger did not answer in time"),
+                    None,
+                ),
+                Ok(Err(Gone)) => refused(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &Failure::new(Code::ShuttingDown, Gone.to_string()),
+                    None,
+                ),
+                Ok(Ok(Err(f))) => {
+                    let status = match f.error.code {
+                        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+                        Code::Forbidden => StatusCode::FORBIDDEN,
+                        Code::UnknownRun => StatusCode::NOT_FOUND,
+                        _ => StatusCode::INTERNAL_SERVER_ERROR,
+                    };
+                    refused(status, &f, Some(&metadata))
+                }
+                Ok(Ok(Ok(_))) if no_room(&parts, &endpoint, s.opts.max_streams).await => {
+                    let mut r = refused(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &Failure::new(
+                            Code::Overloaded,
+                            format!(
+                                "the server holds {} MCP sessions, its most (--max-streams); end one (DELETE with its Mcp-Session-Id) or retry later",
+                                s.opts.max_streams
+                            ),
+                        ),
+                        None,
+                    );
+                    r.headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                    r
+                }
+                Ok(Ok(Ok(bound))) => {
+                    let mut service = endpoint.service.clone();
+                    let mut request = HttpRequest::from_parts(parts, body);
+                    request.extensions_mut().insert(bound);
+                    match service.call(request).await {
+                        Ok(r) => r.map(Body::new),
+                        Err(never) => match never {},
+                    }
+                }
+            }
+        }
+    };
+    s.ledger
+        .metrics
+        .http("/v1/runs/{run}/mcp", response.status().as_u16());
+    response
+}
+
+/// The run a request is about, as the gate bound it.
+fn bound_of(ctx: &RequestContext<RoleServer>) -> Result<Bound, McpError> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Bound>())
+        .cloned()
+        .ok_or_else(|| McpError::internal_error("the request was not admitted to a run", None))
+}
+
+fn schema(v: Value) -> Arc<JsonObject> {
+    match v {
+        Value::Object(o) => Arc::new(o),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+/// The tools of the run `b` names.
+fn tools(b: &Bound) -> Vec<Tool> {
+    let read = Tool::new(
+        "read_artifact",
+        format!(
+            "Read an artifact the event that started run {} exposes, by its name in the event's contract (never a ref). The read is recorded in the run's trail, the artifact's labels flow into the run, and it counts against the agent's tool budget.",
+            b.run
+        ),
+        schema(json!({
+            "type": "object",
+            "properties": {"name": {"type": "string", "enum": b.names,
+                "description": "The artifact's name in the trigger event's contract"}},
+            "required": ["name"],
+            "additionalProperties": false
+        })),
+    );
+    let close = Tool::new(
+        "close_run",
+        format!(
+            "Finish run {} with its status, a summary and the artifacts it produced (name → text). A run that succeeds publishes its agent's events; the ledger decides who is started next.",
+            b.run
+        ),
+        schema(json!({
+            "type": "object",
+            "properties": {
+                "status": {"type": "string", "enum": ["succeeded", "failed", "cancelled"]},
+                "summary": {"type": "string"},
+                "artifacts": {"type": "object", "additionalProperties": {"type": "string"}},
+                "labels": {"type": "array", "items": {"type": "string"}}
+            },
+            "required": ["status"],
+            "additionalProperties": false
+        })),
+    );
+    vec![read, close]
+}
+
+/// The operation a tool call stands for, or why it stands for none.
+fn operation(b: &Bound, tool: &str, args: &JsonObject) -> Result<Value, Failure> {
+    let refuse = |why: String| Err(Failure::new(Code::InvalidRequest, why));
+    let allowed: &[&str] = match tool {
+        "read_artifact" => &["name"],
+        "close_run" => &["status", "summary", "artifacts", "labels"],
+        other => {
+            return refuse(format!(
+                "no tool {other:?}: this run has read_artifact and close_run"
+            ))
+        }
+    };
+    if let Some(k) = args.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return refuse(format!("{tool} takes no argument {k:?}"));
+    }
+    let mut op = args.clone();
+    op.insert("op".into(), Value::String(tool.into()));
+    op.insert("run".into(), Value::String(b.run.clone()));
+    Ok(Value::Object(op))
+}
+
+/// A tool's result from the ledger's reply: the answer as structured
+/// content (and, for a read, the bytes as text); a refusal as an error
+/// result carrying the ledger's code and message.
+fn result_of(tool: &str, reply: Reply) -> CallToolResult {
+    match reply {
+        Reply::Done(done) => {
+            let v = serde_json::to_value(&done).unwrap_or(Value::Null);
+            let text = match (tool, v.get("content").and_then(Value::as_str)) {
+                ("read_artifact", Some(text)) => text.to_string(),
+                _ => v.to_string(),
+            };
+            let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+            r.structured_content = Some(v);
+            r
+        }
+        Reply::Failed(f) => {
+            let mut r = CallToolResult::error(vec![ContentBlock::text(format!(
+                "{}: {}",
+                f.error.code, f.error.message
+            ))]);
+            r.structured_content = Some(json!({"code": f.error.code, "message": f.error.message}));
+            r
+        }
+    }
+}
+
+impl ServerHandler for RunTools {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        info.server_info = Implementation::new("agentledger", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(
+            "The governed tools of one agent run: read the artifacts the run's trigger event exposes by name, then close the run.".into(),
+        );
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let b = bound_of(&ctx)?;
+        Ok(ListToolsResult::with_all_items(tools(&b)))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let b = bound_of(&ctx)?;
+        let args = request.arguments.clone().unwrap_or_default();
+        let op = match operation(&b, &request.name, &args) {
+            Ok(op) => op,
+            Err(f) => return Ok(result_of(&request.name, Reply::Failed(f)).into()),
+        };
+        let s = &b.state;
+        let reply = match s
+            .in_time(s.ledger.ops(b.caller.clone(), vec![Ok(op)]))
+            .await
+        {
+            Ok(Ok(Ok(mut replies))) if !replies.is_empty() => replies.swap_remove(0),
+            Ok(Ok(Err(f))) => Reply::Failed(f),
+            Ok(Ok(Ok(_))) | Ok(Err(Gone)) => {
+                Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string()))
+            }
+            Err(_) => Reply::Failed(Failure::new(
+                Code::Timeout,
+                "the ledger did not answer in time",
+            )),
+        };
+        Ok(result_of(&request.name, reply).into())
+    }
+}

@@ -1,0 +1,260 @@
+//! A run's MCP endpoint (`/v1/runs/{run}/mcp`) with a client nobody here
+//! wrote: the official MCP Python SDK (`mcp`, from
+//! `tools/python/setup.sh`, `AGENTLEDGER_TEST_PYTHON`) plays seed 003's
+//! responder against a real `serve --listen` — it lists the run's tools
+//! (the read tool's names an enum of exactly what the trigger exposes),
+//! reads by name, is refused a name outside the contract and a read past
+//! its budget with the ledger's codes, and closes the run; the trail shows
+//! each step by the agent. Who may not use the endpoint is turned away
+//! with HTTP statuses before anything is recorded.
+
+mod common;
+
+use common::server::{self, http, issue, post_ok, start, Server};
+use serde_json::{json, Value};
+
+/// The Python SDK's round trip: what it saw, as JSON.
+fn round_trip(url: &str, token: &str, plan: Value) -> Value {
+    let out = common::run_python(
+        "mcp_round_trip.py",
+        &[url],
+        &[("AGENTLEDGER_TOKEN", token)],
+        &plan.to_string(),
+    );
+    serde_json::from_slice(&out)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
+}
+
+/// An MCP `initialize` POSTed to `endpoint`, showing `token` if any and
+/// naming `host` in the Host header if given.
+fn initialize(
+    endpoint: &str,
+    token: Option<&str>,
+    host: Option<&str>,
+) -> reqwest::blocking::Response {
+    let mut r = reqwest::blocking::Client::new()
+        .post(endpoint)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(
+            json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+                "protocolVersion":"2025-06-18","capabilities":{},
+                "clientInfo":{"name":"t","version":"1"}}})
+            .to_string(),
+        );
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    if let Some(h) = host {
+        r = r.header("host", h);
+    }
+    r.send().unwrap()
+}
+
+/// Seed 003's incident: the triager's run closed with two artifacts, the
+/// responder opened by its event. The responder's run.
+fn incident(url: &str) -> String {
+    post_ok(
+        url,
+        json!({"op":"publish_agent","agent":"triager","scope":"acme/platform","listens":[],
+            "emits":[{"event":"incident.triaged","context":"incident","artifacts":["triage_summary","suspected_cause"]}]}),
+    );
+    post_ok(
+        url,
+        json!({"op":"publish_agent","agent":"responder","scope":"acme/platform",
+            "listens":["incident.triaged"],"emits":[],"tool_budget":4}),
+    );
+    post_ok(
+        url,
+        json!({"op":"open_run","run":"inc-1","agent":"triager"}),
+    );
+    post_ok(
+        url,
+        json!({"op":"close_run","run":"inc-1","status":"succeeded","summary":"triaged",
+            "artifacts":{"triage_summary":"The API is healthy; one pod fails.",
+                         "suspected_cause":"A missing Slack token."}}),
+    );
+    let d = post_ok(url, json!({"op":"dispatch"}));
+    d["opened"][0]["run"].as_str().unwrap().to_string()
+}
+
+/// A server on a fresh data dir (`--dispatch manual` and `extra`) with
+/// the incident in it: the dir, the server, the responder's run and its
+/// endpoint.
+fn served(extra: &[&str]) -> (tempfile::TempDir, Server, String, String) {
+    let d = tempfile::tempdir().unwrap();
+    let args: Vec<&str> = ["--dispatch", "manual"]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect();
+    let s = start(d.path(), None, &args);
+    let run = incident(&s.url);
+    let endpoint = format!("{}/v1/runs/{run}/mcp", s.url);
+    (d, s, run, endpoint)
+}
+
+#[test]
+fn an_agent_reads_by_name_and_closes_its_run_through_the_python_sdk() {
+    let (_d, s, run, endpoint) = served(&[]);
+    let responder = issue(&s.url, "agent:responder", &[]);
+    let seen = round_trip(
+        &endpoint,
+        &responder,
+        json!([
+            ["read_artifact", {"name": "cas://sha256/00"}],
+            ["read_artifact", {"name": "root_cause"}],
+            ["read_artifact", {"name": "triage_summary"}],
+            ["read_artifact", {"name": "suspected_cause"}],
+            ["read_artifact", {"name": "triage_summary"}],
+            ["close_run", {"status": "succeeded", "summary": "restarted",
+                "artifacts": {"final_answer": "Restarted the worker."}}],
+        ]),
+    );
+    assert_eq!(seen["server"]["name"], "agentledger", "{seen}");
+    let tools: Vec<&str> = seen["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["read_artifact", "close_run"], "{seen}");
+    assert_eq!(
+        seen["tools"][0]["inputSchema"]["properties"]["name"]["enum"],
+        json!(["triage_summary", "suspected_cause"]),
+        "names, never refs: {seen}"
+    );
+    let calls = seen["calls"].as_array().unwrap();
+    let code = |i: usize| calls[i]["structuredContent"]["code"].clone();
+    assert_eq!(calls[0]["isError"], json!(true), "{seen}");
+    assert_eq!(code(0), "ref_not_allowed", "{seen}");
+    assert_eq!(code(1), "not_in_contract", "{seen}");
+    assert_ne!(calls[2]["isError"], json!(true), "{seen}");
+    assert_eq!(
+        calls[2]["content"][0]["text"], "The API is healthy; one pod fails.",
+        "{seen}"
+    );
+    assert_eq!(calls[2]["structuredContent"]["source_run"], "inc-1");
+    assert_eq!(
+        calls[3]["content"][0]["text"], "A missing Slack token.",
+        "{seen}"
+    );
+    assert_eq!(code(4), "budget_exhausted", "{seen}");
+    assert_ne!(calls[5]["isError"], json!(true), "{seen}");
+
+    // The trail has every step, by the agent.
+    let trail = http(&s.url)
+        .get(format!("{}/v1/runs/{run}/trail?format=text", s.url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let by_agent: Vec<&str> = trail
+        .lines()
+        .filter(|l| l.contains("(by agent:responder)"))
+        .collect();
+    assert_eq!(by_agent.len(), 6, "{trail}");
+    assert!(trail.contains("REFUSED (budget_exhausted)"), "{trail}");
+    assert!(trail.contains("closed succeeded"), "{trail}");
+}
+
+#[test]
+fn who_may_not_use_a_runs_endpoint_is_turned_away_before_anything_is_recorded() {
+    let (_d, s, run, endpoint) = served(&["--allowed-host", "ledger.example"]);
+    let triager = issue(&s.url, "agent:triager", &[]);
+    let post = |url: &str, token: Option<&str>| initialize(url, token, None);
+    let before = server::http(&s.url)
+        .get(format!("{}/v1/runs/{run}/trail?format=json", s.url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+
+    // No credential: 401, saying how to authenticate.
+    let r = post(&endpoint, None);
+    assert_eq!(r.status(), 401);
+    let challenge = r.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(challenge.starts_with("Bearer"), "{challenge}");
+    let metadata = challenge
+        .split("resource_metadata=\"")
+        .nth(1)
+        .and_then(|m| m.split('"').next())
+        .unwrap_or_else(|| panic!("no resource_metadata: {challenge}"));
+    let doc: Value = reqwest::blocking::get(metadata).unwrap().json().unwrap();
+    assert_eq!(doc["resource"], json!(endpoint), "{doc}");
+    assert_eq!(doc["bearer_methods_supported"], json!(["header"]), "{doc}");
+    // A token the ledger does not know: 401.
+    let r = post(&endpoint, Some("not-a-token"));
+    assert_eq!(r.status(), 401);
+    // Another agent's run: 403, with the ledger's code.
+    let r = post(&endpoint, Some(&triager));
+    assert_eq!(r.status(), 403);
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["error"]["code"], "forbidden", "{v}");
+    // A run that is not there has no endpoint.
+    let r = post(&format!("{}/v1/runs/nope/mcp", s.url), Some(&triager));
+    assert_eq!(r.status(), 404);
+    // A Host the server is not reached by (DNS rebinding): 403; one it
+    // was told it is reached by (--allowed-host): answered.
+    let responder = issue(&s.url, "agent:responder", &[]);
+    let with_host = |host: &str| initialize(&endpoint, Some(&responder), Some(host)).status();
+    assert_eq!(with_host("attacker.example"), 403);
+    assert_eq!(with_host("ledger.example:8700"), 200);
+    // The run's own agent is let in.
+    let r = post(&endpoint, Some(&responder));
+    assert_eq!(r.status(), 200, "{:?}", r.text());
+
+    let after = server::http(&s.url)
+        .get(format!("{}/v1/runs/{run}/trail?format=json", s.url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert_eq!(before, after, "nothing was recorded for the refused");
+}
+
+/// Sessions live in the server's memory: no more are held at once than
+/// `--max-streams` allows; past it an `initialize` is answered 503 with
+/// Retry-After, and a session ended with DELETE makes room again.
+#[test]
+fn mcp_sessions_held_at_once_are_bounded() {
+    let (_d, s, _run, endpoint) = served(&["--max-streams", "1"]);
+    let responder = issue(&s.url, "agent:responder", &[]);
+    let client = reqwest::blocking::Client::new();
+    let initialize = || initialize(&endpoint, Some(&responder), None);
+    let first = initialize();
+    assert_eq!(first.status(), 200);
+    let session = first.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    drop(first);
+    let second = initialize();
+    assert_eq!(second.status(), 503);
+    assert_eq!(second.headers()["retry-after"], "1");
+    let v: Value = second.json().unwrap();
+    assert_eq!(v["error"]["code"], "overloaded", "{v}");
+    let ended = client
+        .delete(&endpoint)
+        .bearer_auth(&responder)
+        .header("mcp-session-id", &session)
+        .send()
+        .unwrap();
+    assert!(ended.status().is_success(), "{:?}", ended.status());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let again = initialize();
+        if again.status() == 200 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ended session's room never came back: {}",
+            again.status()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
