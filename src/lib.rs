@@ -58,6 +58,7 @@ pub mod erasure;
 pub mod error;
 pub mod log;
 pub mod loops;
+pub mod mcp;
 pub mod model;
 pub mod picture;
 pub mod projector;

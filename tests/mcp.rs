@@ -51,30 +51,25 @@ fn initialize(
     r.send().unwrap()
 }
 
-/// Seed 003's incident: the triager's run closed with two artifacts, the
+/// Seed 003's incident, each operation given to `ok` (which must see it
+/// answered ok): the triager's run closed with two artifacts, the
 /// responder opened by its event. The responder's run.
-fn incident(url: &str) -> String {
-    post_ok(
-        url,
+fn incident(mut ok: impl FnMut(Value) -> Value) -> String {
+    ok(
         json!({"op":"publish_agent","agent":"triager","scope":"acme/platform","listens":[],
-            "emits":[{"event":"incident.triaged","context":"incident","artifacts":["triage_summary","suspected_cause"]}]}),
+        "emits":[{"event":"incident.triaged","context":"incident","artifacts":["triage_summary","suspected_cause"]}]}),
     );
-    post_ok(
-        url,
+    ok(
         json!({"op":"publish_agent","agent":"responder","scope":"acme/platform",
-            "listens":["incident.triaged"],"emits":[],"tool_budget":4}),
+        "listens":["incident.triaged"],"emits":[],"tool_budget":4}),
     );
-    post_ok(
-        url,
-        json!({"op":"open_run","run":"inc-1","agent":"triager"}),
-    );
-    post_ok(
-        url,
+    ok(json!({"op":"open_run","run":"inc-1","agent":"triager"}));
+    ok(
         json!({"op":"close_run","run":"inc-1","status":"succeeded","summary":"triaged",
-            "artifacts":{"triage_summary":"The API is healthy; one pod fails.",
-                         "suspected_cause":"A missing Slack token."}}),
+        "artifacts":{"triage_summary":"The API is healthy; one pod fails.",
+                     "suspected_cause":"A missing Slack token."}}),
     );
-    let d = post_ok(url, json!({"op":"dispatch"}));
+    let d = ok(json!({"op":"dispatch"}));
     d["opened"][0]["run"].as_str().unwrap().to_string()
 }
 
@@ -89,7 +84,7 @@ fn served(extra: &[&str]) -> (tempfile::TempDir, Server, String, String) {
         .copied()
         .collect();
     let s = start(d.path(), None, &args);
-    let run = incident(&s.url);
+    let run = incident(|v| post_ok(&s.url, v));
     let endpoint = format!("{}/v1/runs/{run}/mcp", s.url);
     (d, s, run, endpoint)
 }
@@ -257,4 +252,78 @@ fn mcp_sessions_held_at_once_are_bounded() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+/// `agentledger mcp --run RUN` on the local data dir, started by the
+/// Python SDK as a subprocess (STDIO): the same tools and answers, the
+/// reads in the trail.
+#[test]
+fn the_same_tools_over_stdio_through_the_python_sdk() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let run = {
+        let mut l = common::Ledger::open(&data);
+        incident(|v| l.ok(v))
+    };
+    let data_arg = data.display().to_string();
+    let out = common::run_python(
+        "mcp_round_trip.py",
+        &[
+            "--stdio",
+            env!("CARGO_BIN_EXE_agentledger"),
+            "--data",
+            &data_arg,
+            "mcp",
+            "--run",
+            &run,
+        ],
+        &[],
+        &json!([
+            ["read_artifact", {"name": "suspected_cause"}],
+            ["read_artifact", {"name": "root_cause"}],
+            ["close_run", {"status": "succeeded", "summary": "fixed"}],
+            ["read_artifact", {"name": "triage_summary"}],
+        ])
+        .to_string(),
+    );
+    let seen: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        seen["tools"][0]["inputSchema"]["properties"]["name"]["enum"],
+        json!(["triage_summary", "suspected_cause"]),
+        "{seen}"
+    );
+    let calls = &seen["calls"];
+    assert_eq!(
+        calls[0]["content"][0]["text"], "A missing Slack token.",
+        "{seen}"
+    );
+    assert_eq!(
+        calls[1]["structuredContent"]["code"], "not_in_contract",
+        "{seen}"
+    );
+    assert_ne!(calls[2]["isError"], json!(true), "{seen}");
+    assert_eq!(
+        calls[3]["structuredContent"]["code"], "run_closed",
+        "{seen}"
+    );
+
+    let (code, trail, err) = common::cli(&data, &["trail", &run]);
+    assert_eq!(code, 0, "{err}");
+    assert!(trail.contains("read suspected_cause from inc-1"), "{trail}");
+    assert!(trail.contains("closed succeeded \"fixed\""), "{trail}");
+}
+
+/// `mcp` says why it cannot serve: a run not in the ledger, or a data dir a
+/// server owns (naming the server's endpoint for the run instead).
+#[test]
+fn mcp_on_stdio_refuses_clearly() {
+    let (d, s, run, endpoint) = served(&[]);
+    let data = d.path();
+    let (code, _, err) = common::cli(data, &["mcp", "--run", &run]);
+    assert_ne!(code, 0);
+    assert!(err.contains(&endpoint), "{err}");
+    drop(s);
+    let (code, _, err) = common::cli(data, &["mcp", "--run", "nope"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("\"nope\" is not in the ledger"), "{err}");
 }

@@ -577,6 +577,13 @@ pub enum Command {
     /// (what `schemas/ops.json` holds).
     #[command(after_help = "Examples:\n  agentledger schema > ops.json")]
     Schema,
+    /// Serve a run's governed tools (read_artifact, close_run) as an MCP
+    /// server on stdin/stdout, for agent frameworks that start MCP servers
+    /// as subprocesses; logs go to stderr only.
+    #[command(
+        after_help = "Examples:\n  agentledger --data ./agentledger-demo mcp --run run-6313df716f9a1aab   # the demo's incident responder"
+    )]
+    Mcp(super::families::McpArgs),
     /// Play the seed scenarios end to end on a fresh data dir.
     #[command(after_help = "Examples:\n  agentledger demo\n  agentledger --data ./my-demo demo")]
     Demo {

@@ -1,7 +1,7 @@
-//! The subcommands of the command families: `proof`, `key` and `token`.
-//! Holds no behaviour.
+//! The subcommands of the command families (`proof`, `key`, `token`) and
+//! the arguments of `mcp`. Holds no behaviour.
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Subcommand)]
@@ -84,4 +84,12 @@ pub enum TokenCommand {
         /// The token's id, `tok_…` (never the token itself).
         id: String,
     },
+}
+
+#[derive(Args)]
+pub struct McpArgs {
+    /// The run whose tools are served: its agent reads what the run's
+    /// trigger event exposes, by name, and closes it.
+    #[arg(long)]
+    pub run: String,
 }

@@ -14,6 +14,7 @@ mod audit;
 mod demo;
 mod families;
 mod inspect;
+mod mcp;
 mod open;
 mod rebuild;
 mod remote;
@@ -368,6 +369,7 @@ fn run_command(cli: Cli) -> Result<i32> {
                 interval: std::time::Duration::from_millis((*interval_ms).max(10)),
             },
         ),
+        Command::Mcp(a) => mcp::serve_stdio(&cli, &a.run),
         Command::Schema => {
             outln!(
                 "{}",

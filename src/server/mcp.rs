@@ -15,19 +15,19 @@ use super::ledger::{grant_of, Caller, Gone};
 use super::state::{AppState, HttpOptions};
 use crate::auth::{authorize, facts, Action};
 use crate::codes::Code;
+use crate::mcp::{operation, result_of, tools};
 use crate::protocol::{Failure, ReadArtifactOp, Reply, Request};
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Request as HttpRequest, StatusCode};
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::sync::Arc;
 use tower_service::Service as _;
 
@@ -174,11 +174,7 @@ fn admit(
     let facts = facts::gather(views, &asked).map_err(damaged)?;
     authorize(&grant, Action::Op(&asked), &facts)
         .map_err(|f| Failure::new(Code::Forbidden, f.to_string()))?;
-    let names = found
-        .trigger
-        .as_ref()
-        .map(|t| t.artifacts.iter().map(|a| a.name.clone()).collect())
-        .unwrap_or_default();
+    let names = crate::mcp::names_of(&found);
     Ok(Bound {
         run: run.to_string(),
         caller: caller.clone(),
@@ -274,105 +270,9 @@ fn bound_of(ctx: &RequestContext<RoleServer>) -> Result<Bound, McpError> {
         .ok_or_else(|| McpError::internal_error("the request was not admitted to a run", None))
 }
 
-fn schema(v: Value) -> Arc<JsonObject> {
-    match v {
-        Value::Object(o) => Arc::new(o),
-        _ => Arc::new(JsonObject::new()),
-    }
-}
-
-/// The tools of the run `b` names.
-fn tools(b: &Bound) -> Vec<Tool> {
-    let read = Tool::new(
-        "read_artifact",
-        format!(
-            "Read an artifact the event that started run {} exposes, by its name in the event's contract (never a ref). The read is recorded in the run's trail, the artifact's labels flow into the run, and it counts against the agent's tool budget.",
-            b.run
-        ),
-        schema(json!({
-            "type": "object",
-            "properties": {"name": {"type": "string", "enum": b.names,
-                "description": "The artifact's name in the trigger event's contract"}},
-            "required": ["name"],
-            "additionalProperties": false
-        })),
-    );
-    let close = Tool::new(
-        "close_run",
-        format!(
-            "Finish run {} with its status, a summary and the artifacts it produced (name → text). A run that succeeds publishes its agent's events; the ledger decides who is started next.",
-            b.run
-        ),
-        schema(json!({
-            "type": "object",
-            "properties": {
-                "status": {"type": "string", "enum": ["succeeded", "failed", "cancelled"]},
-                "summary": {"type": "string"},
-                "artifacts": {"type": "object", "additionalProperties": {"type": "string"}},
-                "labels": {"type": "array", "items": {"type": "string"}}
-            },
-            "required": ["status"],
-            "additionalProperties": false
-        })),
-    );
-    vec![read, close]
-}
-
-/// The operation a tool call stands for, or why it stands for none.
-fn operation(b: &Bound, tool: &str, args: &JsonObject) -> Result<Value, Failure> {
-    let refuse = |why: String| Err(Failure::new(Code::InvalidRequest, why));
-    let allowed: &[&str] = match tool {
-        "read_artifact" => &["name"],
-        "close_run" => &["status", "summary", "artifacts", "labels"],
-        other => {
-            return refuse(format!(
-                "no tool {other:?}: this run has read_artifact and close_run"
-            ))
-        }
-    };
-    if let Some(k) = args.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return refuse(format!("{tool} takes no argument {k:?}"));
-    }
-    let mut op = args.clone();
-    op.insert("op".into(), Value::String(tool.into()));
-    op.insert("run".into(), Value::String(b.run.clone()));
-    Ok(Value::Object(op))
-}
-
-/// A tool's result from the ledger's reply: the answer as structured
-/// content (and, for a read, the bytes as text); a refusal as an error
-/// result carrying the ledger's code and message.
-fn result_of(tool: &str, reply: Reply) -> CallToolResult {
-    match reply {
-        Reply::Done(done) => {
-            let v = serde_json::to_value(&done).unwrap_or(Value::Null);
-            let text = match (tool, v.get("content").and_then(Value::as_str)) {
-                ("read_artifact", Some(text)) => text.to_string(),
-                _ => v.to_string(),
-            };
-            let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
-            r.structured_content = Some(v);
-            r
-        }
-        Reply::Failed(f) => {
-            let mut r = CallToolResult::error(vec![ContentBlock::text(format!(
-                "{}: {}",
-                f.error.code, f.error.message
-            ))]);
-            r.structured_content = Some(json!({"code": f.error.code, "message": f.error.message}));
-            r
-        }
-    }
-}
-
 impl ServerHandler for RunTools {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
-        info.server_info = Implementation::new("agentledger", env!("CARGO_PKG_VERSION"));
-        info.instructions = Some(
-            "The governed tools of one agent run: read the artifacts the run's trigger event exposes by name, then close the run.".into(),
-        );
-        info
+        crate::mcp::server_info()
     }
 
     async fn list_tools(
@@ -381,7 +281,7 @@ impl ServerHandler for RunTools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let b = bound_of(&ctx)?;
-        Ok(ListToolsResult::with_all_items(tools(&b)))
+        Ok(ListToolsResult::with_all_items(tools(&b.run, &b.names)))
     }
 
     async fn call_tool(
@@ -391,7 +291,7 @@ impl ServerHandler for RunTools {
     ) -> Result<CallToolResponse, McpError> {
         let b = bound_of(&ctx)?;
         let args = request.arguments.clone().unwrap_or_default();
-        let op = match operation(&b, &request.name, &args) {
+        let op = match operation(&b.run, &request.name, &args) {
             Ok(op) => op,
             Err(f) => return Ok(result_of(&request.name, Reply::Failed(f)).into()),
         };

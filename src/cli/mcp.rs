@@ -1,0 +1,123 @@
+//! `agentledger mcp --run RUN`: a run's governed tools as an MCP server on
+//! stdin/stdout (newline-delimited JSON-RPC; logs on stderr only), for agent
+//! frameworks that start MCP servers as subprocesses. On the local data
+//! dir, with the engine `apply` uses: each call is the protocol operation
+//! of the same name, decided there and flushed before it is answered.
+
+use super::args::Cli;
+use super::open::open_engine;
+use agentledger::engine::Engine;
+use agentledger::mcp::{names_of, operation, result_of, server_info, tools};
+use agentledger::protocol::{self, Failure, Reply};
+use anyhow::{bail, Context, Result};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use std::sync::{Arc, Mutex};
+
+/// The tools of one run, on an engine of this process.
+#[derive(Clone)]
+struct StdioTools {
+    engine: Arc<Mutex<Engine>>,
+    run: String,
+    names: Vec<String>,
+}
+
+impl StdioTools {
+    /// The reply of the ledger to `op`, durable before it is returned.
+    fn decide(&self, op: &serde_json::Value) -> Reply {
+        let Ok(mut engine) = self.engine.lock() else {
+            return Reply::Failed(Failure::new(
+                agentledger::codes::Code::IoError,
+                "the engine failed in an earlier call",
+            ));
+        };
+        let done = protocol::parse_request(op).and_then(|r| protocol::answer(&mut engine, &r));
+        let reply = match done {
+            Ok(done) => Reply::Done(done),
+            Err(e) => Reply::Failed(Failure::new(e.code(), e.to_string())),
+        };
+        match engine.flush() {
+            Ok(()) => reply,
+            Err(e) => Reply::Failed(Failure::new(e.code(), e.to_string())),
+        }
+    }
+}
+
+impl ServerHandler for StdioTools {
+    fn get_info(&self) -> ServerConfig {
+        server_info()
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tools(
+            &self.run,
+            &self.names,
+        )))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let args = request.arguments.clone().unwrap_or_default();
+        let reply = match operation(&self.run, &request.name, &args) {
+            Ok(op) => self.decide(&op),
+            Err(f) => Reply::Failed(f),
+        };
+        Ok(result_of(&request.name, reply).into())
+    }
+}
+
+pub(super) fn serve_stdio(cli: &Cli, run: &str) -> Result<i32> {
+    if let Some(server) = super::remote::server_for(cli)? {
+        bail!(
+            "a server at {} owns {}: point the MCP client at {}/v1/runs/{run}/mcp with the agent's token",
+            server.url(),
+            cli.data.display(),
+            server.url()
+        );
+    }
+    let engine = open_engine(cli)?;
+    let found = engine
+        .views()
+        .run(run)
+        .with_context(|| format!("reading run {run}"))?;
+    let Some(found) = found else {
+        bail!(
+            "run {run:?} is not in the ledger at {}: `agentledger trail RUN` names the runs there",
+            cli.data.display()
+        );
+    };
+    let tools = StdioTools {
+        names: names_of(&found),
+        engine: Arc::new(Mutex::new(engine)),
+        run: run.to_string(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let service = match tools.serve(rmcp::transport::stdio()).await {
+            Ok(service) => service,
+            // The client went away before it began: nothing was asked.
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(0),
+            Err(e) => {
+                return Err(e).context("starting the MCP session on stdin/stdout");
+            }
+        };
+        service
+            .waiting()
+            .await
+            .context("serving MCP on stdin/stdout")?;
+        Ok(0)
+    })
+}
