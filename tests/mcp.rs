@@ -137,6 +137,31 @@ fn an_agent_reads_by_name_and_closes_its_run_through_the_python_sdk() {
     assert_eq!(code(4), "budget_exhausted", "{seen}");
     assert_ne!(calls[5]["isError"], json!(true), "{seen}");
 
+    // The run's resources: its input (names and digests, never bytes) and
+    // its trail so far.
+    let input = &seen["resources"][format!("agentledger://runs/{run}/input")][0];
+    assert_eq!(input["mimeType"], "application/json", "{seen}");
+    let input: Value = serde_json::from_str(input["text"].as_str().unwrap()).unwrap();
+    assert_eq!(input["event"], "incident.triaged", "{input}");
+    assert_eq!(input["artifacts"][0]["name"], "triage_summary", "{input}");
+    assert!(input["artifacts"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    assert!(
+        !input.to_string().contains("one pod fails"),
+        "no bytes: {input}"
+    );
+    let trail = seen["resources"][format!("agentledger://runs/{run}/trail")][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        trail.lines().count(),
+        7,
+        "opened, five reads, closed: {trail}"
+    );
+
     // The trail has every step, by the agent.
     let trail = http(&s.url)
         .get(format!("{}/v1/runs/{run}/trail?format=text", s.url))
@@ -306,6 +331,11 @@ fn the_same_tools_over_stdio_through_the_python_sdk() {
         calls[3]["structuredContent"]["code"], "run_closed",
         "{seen}"
     );
+    let trail = seen["resources"][format!("agentledger://runs/{run}/trail")][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{seen}"))
+        .to_string();
+    assert!(trail.contains("\"kind\":\"artifact_read\""), "{trail}");
 
     let (code, trail, err) = common::cli(&data, &["trail", &run]);
     assert_eq!(code, 0, "{err}");

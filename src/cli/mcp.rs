@@ -11,7 +11,8 @@ use agentledger::mcp::{names_of, operation, result_of, server_info, tools};
 use agentledger::protocol::{self, Failure, Reply};
 use anyhow::{bail, Context, Result};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams, ServerConfig,
+    CallToolRequestParams, CallToolResponse, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -60,6 +61,30 @@ impl ServerHandler for StdioTools {
             &self.run,
             &self.names,
         )))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        Ok(ListResourcesResult::with_all_items(
+            agentledger::mcp::resources(&self.run),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let Ok(mut engine) = self.engine.lock() else {
+            return Err(McpError::internal_error(
+                "the engine failed in an earlier call",
+                None,
+            ));
+        };
+        agentledger::mcp::read_resource(&mut engine, &self.run, &request.uri).map(Into::into)
     }
 
     async fn call_tool(

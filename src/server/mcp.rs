@@ -21,7 +21,8 @@ use axum::body::Body;
 use axum::http::{header, HeaderValue, Request as HttpRequest, StatusCode};
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams, ServerConfig,
+    CallToolRequestParams, CallToolResponse, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -282,6 +283,41 @@ impl ServerHandler for RunTools {
     ) -> Result<ListToolsResult, McpError> {
         let b = bound_of(&ctx)?;
         Ok(ListToolsResult::with_all_items(tools(&b.run, &b.names)))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let b = bound_of(&ctx)?;
+        Ok(ListResourcesResult::with_all_items(crate::mcp::resources(
+            &b.run,
+        )))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let b = bound_of(&ctx)?;
+        let s = &b.state;
+        let (run, uri) = (b.run.clone(), request.uri.clone());
+        match s
+            .in_time(
+                s.ledger
+                    .call(move |e| crate::mcp::read_resource(e, &run, &uri)),
+            )
+            .await
+        {
+            Ok(Ok(read)) => read.map(Into::into),
+            Ok(Err(Gone)) => Err(McpError::internal_error(Gone.to_string(), None)),
+            Err(_) => Err(McpError::internal_error(
+                "the ledger did not answer in time",
+                None,
+            )),
+        }
     }
 
     async fn call_tool(

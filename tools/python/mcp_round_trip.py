@@ -1,7 +1,7 @@
 """One agent's round trip with a run's MCP server, through the official MCP
 Python SDK (`mcp`, tools/python/requirements.txt): initialize, list the
-tools, then make each call of a plan given on stdin, printing one JSON
-object of what the SDK saw.
+tools, make each call of a plan given on stdin, then list and read the
+run's resources, printing one JSON object of what the SDK saw.
 
     AGENTLEDGER_TOKEN=… python mcp_round_trip.py URL < plan.json
     python mcp_round_trip.py --stdio COMMAND [ARG…] < plan.json
@@ -33,11 +33,17 @@ async def session_round_trip(read, write, plan):
         for name, arguments in plan:
             result = await session.call_tool(name, arguments)
             calls.append(plain(result))
+        # The run's resources, read after the calls (the trail shows them).
+        resources = {}
+        for r in (await session.list_resources()).resources:
+            read = await session.read_resource(str(r.uri))
+            resources[str(r.uri)] = [plain(c) for c in read.contents]
         return {
             "protocol": init.protocol_version,
             "server": plain(init.server_info),
             "tools": [plain(t) for t in listed.tools],
             "calls": calls,
+            "resources": resources,
         }
 
 
