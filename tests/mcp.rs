@@ -73,6 +73,25 @@ fn incident(mut ok: impl FnMut(Value) -> Value) -> String {
     d["opened"][0]["run"].as_str().unwrap().to_string()
 }
 
+/// The session an answered `initialize` began.
+fn session_of(answer: reqwest::blocking::Response) -> String {
+    assert_eq!(answer.status(), 200);
+    answer.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The trail of `run` as text, asked of the server as the operator.
+fn trail_text(url: &str, run: &str) -> String {
+    http(url)
+        .get(format!("{url}/v1/runs/{run}/trail?format=text"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap()
+}
+
 /// A server on a fresh data dir (`--dispatch manual` and `extra`) with
 /// the incident in it: the dir, the server, the responder's run and its
 /// endpoint.
@@ -163,12 +182,7 @@ fn an_agent_reads_by_name_and_closes_its_run_through_the_python_sdk() {
     );
 
     // The trail has every step, by the agent.
-    let trail = http(&s.url)
-        .get(format!("{}/v1/runs/{run}/trail?format=text", s.url))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let trail = trail_text(&s.url, &run);
     let by_agent: Vec<&str> = trail
         .lines()
         .filter(|l| l.contains("(by agent:responder)"))
@@ -245,13 +259,7 @@ fn mcp_sessions_held_at_once_are_bounded() {
     let responder = issue(&s.url, "agent:responder", &[]);
     let client = reqwest::blocking::Client::new();
     let initialize = || initialize(&endpoint, Some(&responder), None);
-    let first = initialize();
-    assert_eq!(first.status(), 200);
-    let session = first.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    drop(first);
+    let session = session_of(initialize());
     let second = initialize();
     assert_eq!(second.status(), 503);
     assert_eq!(second.headers()["retry-after"], "1");
@@ -356,4 +364,80 @@ fn mcp_on_stdio_refuses_clearly() {
     let (code, _, err) = common::cli(data, &["mcp", "--run", "nope"]);
     assert_ne!(code, 0);
     assert!(err.contains("\"nope\" is not in the ledger"), "{err}");
+}
+
+/// A tool call retried after its answer was lost — the same JSON-RPC id in
+/// the same session, or the same idempotency key in `_meta` — gets the
+/// first answer again, not a second decision; a new call is decided anew.
+#[test]
+fn a_retried_call_gets_its_first_answer_again() {
+    let (_d, s, run, endpoint) = served(&[]);
+    let responder = issue(&s.url, "agent:responder", &[]);
+    let session = session_of(initialize(&endpoint, Some(&responder), None));
+    let client = reqwest::blocking::Client::new();
+    let post = |body: Value| {
+        client
+            .post(&endpoint)
+            .bearer_auth(&responder)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-06-18")
+            .body(body.to_string())
+            .send()
+            .unwrap()
+    };
+    let initialized = post(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    assert!(initialized.status().is_success());
+    // The answer: a JSON body, or the data of the SSE event carrying it.
+    let rpc = |body: Value| -> Value {
+        let text = post(body).text().unwrap();
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|v| v.get("id").is_some())
+            .or_else(|| serde_json::from_str(&text).ok())
+            .unwrap_or_else(|| panic!("no answer in {text:?}"))
+    };
+    let call = |id: u32, tool: &str, args: Value, meta: Value| {
+        json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+            "params":{"name":tool,"arguments":args,"_meta":meta}})
+    };
+
+    // The same idempotency key under two ids: one read.
+    let key = json!({"agentledger/idempotencyKey": "read-1"});
+    let a = rpc(call(
+        1,
+        "read_artifact",
+        json!({"name":"triage_summary"}),
+        key.clone(),
+    ));
+    let b = rpc(call(
+        2,
+        "read_artifact",
+        json!({"name":"triage_summary"}),
+        key,
+    ));
+    assert_eq!(a["result"], b["result"], "{a} / {b}");
+    assert_eq!(b["id"], 2);
+    // The same id in the same session: one close, answered twice alike.
+    let close = call(3, "close_run", json!({"status":"succeeded"}), json!({}));
+    let c = rpc(close.clone());
+    assert_ne!(c["result"]["isError"], json!(true), "{c}");
+    assert_eq!(rpc(close)["result"], c["result"]);
+    // A new call is decided anew: the run is closed now.
+    let d = rpc(call(
+        4,
+        "close_run",
+        json!({"status":"succeeded"}),
+        json!({}),
+    ));
+    assert_eq!(
+        d["result"]["structuredContent"]["code"], "run_closed",
+        "{d}"
+    );
+
+    let trail = trail_text(&s.url, &run);
+    assert_eq!(trail.matches("read triage_summary").count(), 1, "{trail}");
+    assert_eq!(trail.matches("closed succeeded").count(), 1, "{trail}");
 }

@@ -7,7 +7,9 @@
 use super::args::Cli;
 use super::open::open_engine;
 use agentledger::engine::Engine;
-use agentledger::mcp::{names_of, operation, result_of, server_info, tools};
+use agentledger::mcp::{
+    call_identity, names_of, operation, result_of, server_info, tools, Answered,
+};
 use agentledger::protocol::{self, Failure, Reply};
 use anyhow::{bail, Context, Result};
 use rmcp::model::{
@@ -24,6 +26,9 @@ struct StdioTools {
     engine: Arc<Mutex<Engine>>,
     run: String,
     names: Vec<String>,
+    /// The tool results given, for a call retried with the same id (the
+    /// process is the session).
+    answered: Arc<Answered>,
 }
 
 impl StdioTools {
@@ -90,14 +95,28 @@ impl ServerHandler for StdioTools {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let identity = call_identity(
+            "operator",
+            &self.run,
+            Some("stdio"),
+            &ctx.id,
+            request.meta.as_ref().or(Some(&ctx.meta)),
+        );
+        if let Some(first) = identity.as_deref().and_then(|k| self.answered.get(k)) {
+            return Ok(first.into());
+        }
         let args = request.arguments.clone().unwrap_or_default();
         let reply = match operation(&self.run, &request.name, &args) {
             Ok(op) => self.decide(&op),
             Err(f) => Reply::Failed(f),
         };
-        Ok(result_of(&request.name, reply).into())
+        let result = result_of(&request.name, reply);
+        if let Some(k) = identity {
+            self.answered.put(k, &result);
+        }
+        Ok(result.into())
     }
 }
 
@@ -125,6 +144,7 @@ pub(super) fn serve_stdio(cli: &Cli, run: &str) -> Result<i32> {
         names: names_of(&found),
         engine: Arc::new(Mutex::new(engine)),
         run: run.to_string(),
+        answered: Arc::new(Answered::new(4096)),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

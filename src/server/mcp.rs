@@ -43,6 +43,10 @@ struct Bound {
     /// The server the calls go through (per request, so that no session
     /// keeps the ledger alive past the server's end).
     state: AppState,
+    /// The tool results given lately, for retries.
+    answered: Arc<crate::mcp::Answered>,
+    /// The MCP session the request belongs to, if any.
+    session: Option<String>,
 }
 
 /// The tools of one run, answered through the ledger thread; what run,
@@ -56,7 +60,11 @@ pub(super) struct RunTools;
 pub(super) struct Endpoint {
     service: StreamableHttpService<RunTools, LocalSessionManager>,
     sessions: Arc<LocalSessionManager>,
+    answered: Arc<crate::mcp::Answered>,
 }
+
+/// Tool results kept for retries, at most (the oldest forgotten first).
+const ANSWERS_KEPT: usize = 4096;
 
 /// The service for `state`'s server: sessions in memory (each closed after
 /// five idle minutes, rmcp's default), JSON answers where the client
@@ -72,6 +80,7 @@ pub(super) fn endpoint(opts: &HttpOptions) -> Endpoint {
     Endpoint {
         service: StreamableHttpService::new(|| Ok(RunTools), sessions.clone(), config),
         sessions,
+        answered: Arc::new(crate::mcp::Answered::new(ANSWERS_KEPT)),
     }
 }
 
@@ -157,6 +166,7 @@ fn admit(
     caller: &Caller,
     run: &str,
     state: AppState,
+    answered: Arc<crate::mcp::Answered>,
 ) -> Result<Bound, Failure> {
     let grant = grant_of(engine, caller)?;
     let views = engine.views();
@@ -181,6 +191,8 @@ fn admit(
         caller: caller.clone(),
         names,
         state,
+        answered,
+        session: None,
     })
 }
 
@@ -204,9 +216,12 @@ pub(super) async fn gate(
     let response = match caller(&s, &asked) {
         Err(f) => refused(StatusCode::UNAUTHORIZED, &f, Some(&metadata)),
         Ok(who) => {
-            let (run, state) = (run.clone(), s.clone());
+            let (run, state, answered) = (run.clone(), s.clone(), endpoint.answered.clone());
             match s
-                .in_time(s.ledger.call(move |e| admit(e, &who, &run, state)))
+                .in_time(
+                    s.ledger
+                        .call(move |e| admit(e, &who, &run, state, answered)),
+                )
                 .await
             {
                 Err(_) => refused(
@@ -244,7 +259,12 @@ pub(super) async fn gate(
                         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                     r
                 }
-                Ok(Ok(Ok(bound))) => {
+                Ok(Ok(Ok(mut bound))) => {
+                    bound.session = parts
+                        .headers
+                        .get("mcp-session-id")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string);
                     let mut service = endpoint.service.clone();
                     let mut request = HttpRequest::from_parts(parts, body);
                     request.extensions_mut().insert(bound);
@@ -327,6 +347,17 @@ impl ServerHandler for RunTools {
     ) -> Result<CallToolResponse, McpError> {
         let b = bound_of(&ctx)?;
         let args = request.arguments.clone().unwrap_or_default();
+        let who = b.caller.share().unwrap_or_else(|| "operator".into());
+        let identity = crate::mcp::call_identity(
+            &who,
+            &b.run,
+            b.session.as_deref(),
+            &ctx.id,
+            request.meta.as_ref().or(Some(&ctx.meta)),
+        );
+        if let Some(first) = identity.as_deref().and_then(|k| b.answered.get(k)) {
+            return Ok(first.into());
+        }
         let op = match operation(&b.run, &request.name, &args) {
             Ok(op) => op,
             Err(f) => return Ok(result_of(&request.name, Reply::Failed(f)).into()),
@@ -346,6 +377,10 @@ impl ServerHandler for RunTools {
                 "the ledger did not answer in time",
             )),
         };
-        Ok(result_of(&request.name, reply).into())
+        let result = result_of(&request.name, reply);
+        if let Some(k) = identity {
+            b.answered.put(k, &result);
+        }
+        Ok(result.into())
     }
 }
