@@ -441,3 +441,56 @@ fn a_retried_call_gets_its_first_answer_again() {
     assert_eq!(trail.matches("read triage_summary").count(), 1, "{trail}");
     assert_eq!(trail.matches("closed succeeded").count(), 1, "{trail}");
 }
+
+/// Hostile messages get clear JSON-RPC or HTTP errors and record nothing:
+/// not JSON, a batch, not an object, too large, an unknown session, an
+/// unsupported protocol version, a request outside a session.
+#[test]
+fn hostile_messages_are_answered_clearly_and_record_nothing() {
+    let (_d, s, run, endpoint) = served(&[]);
+    let responder = issue(&s.url, "agent:responder", &[]);
+    let before = trail_text(&s.url, &run);
+    let send = |body: Vec<u8>, headers: &[(&str, &str)]| {
+        let mut r = reqwest::blocking::Client::new()
+            .post(&endpoint)
+            .bearer_auth(&responder)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body);
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let r = r.send().unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    let rpc_code = |text: &str| -> i64 {
+        let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        v["error"]["code"].as_i64().unwrap_or_else(|| panic!("{v}"))
+    };
+    let (status, text) = send(b"{\"jsonrpc\":\"2.0\",".to_vec(), &[]);
+    assert_eq!((status, rpc_code(&text)), (400, -32700), "{text}");
+    let batch = json!([{"jsonrpc":"2.0","id":1,"method":"tools/list"}]);
+    let (status, text) = send(batch.to_string().into_bytes(), &[]);
+    assert_eq!((status, rpc_code(&text)), (400, -32600), "{text}");
+    assert!(text.contains("batch"), "{text}");
+    let (status, text) = send(b"42".to_vec(), &[]);
+    assert_eq!((status, rpc_code(&text)), (400, -32600), "{text}");
+    let (status, text) = send(vec![b' '; 5 * 1024 * 1024], &[]);
+    assert_eq!((status, rpc_code(&text)), (413, -32600), "{text}");
+    let call = json!({"jsonrpc":"2.0","id":3,"method":"tools/call",
+        "params":{"name":"close_run","arguments":{"status":"succeeded"}}});
+    let (status, text) = send(
+        call.to_string().into_bytes(),
+        &[("mcp-session-id", "not-a-session")],
+    );
+    assert_eq!(status, 404, "{text}");
+    let (status, text) = send(call.to_string().into_bytes(), &[]);
+    assert_eq!(status, 400, "a call outside a session: {text}");
+    let (status, text) = send(
+        call.to_string().into_bytes(),
+        &[("mcp-protocol-version", "1999-01-01")],
+    );
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("1999-01-01"), "{text}");
+    assert_eq!(trail_text(&s.url, &run), before, "nothing was recorded");
+}

@@ -265,12 +265,22 @@ pub(super) async fn gate(
                         .get("mcp-session-id")
                         .and_then(|v| v.to_str().ok())
                         .map(str::to_string);
-                    let mut service = endpoint.service.clone();
-                    let mut request = HttpRequest::from_parts(parts, body);
-                    request.extensions_mut().insert(bound);
-                    match service.call(request).await {
-                        Ok(r) => r.map(Body::new),
-                        Err(never) => match never {},
+                    let body = if parts.method == axum::http::Method::POST {
+                        screened(body).await
+                    } else {
+                        Ok(body)
+                    };
+                    match body {
+                        Err(refusal) => refusal,
+                        Ok(body) => {
+                            let mut service = endpoint.service.clone();
+                            let mut request = HttpRequest::from_parts(parts, body);
+                            request.extensions_mut().insert(bound);
+                            match service.call(request).await {
+                                Ok(r) => r.map(Body::new),
+                                Err(never) => match never {},
+                            }
+                        }
                     }
                 }
             }
@@ -280,6 +290,58 @@ pub(super) async fn gate(
         .metrics
         .http("/v1/runs/{run}/mcp", response.status().as_u16());
     response
+}
+
+/// The most a JSON-RPC message posted to an endpoint may be.
+const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// A JSON-RPC error answered at the gate, before any session sees the
+/// message: `code` as JSON-RPC 2.0 numbers them, `id` null (the message
+/// could not be read for one).
+fn rpc_error(status: StatusCode, code: i64, message: String) -> Response {
+    (
+        status,
+        axum::Json(
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}}),
+        ),
+    )
+        .into_response()
+}
+
+/// A POSTed message read whole (within [`MAX_MESSAGE_BYTES`]) and held to
+/// what MCP takes: one JSON-RPC object, never a batch (removed from the
+/// protocol in 2025-06-18). Anything else is answered here, as JSON-RPC
+/// errors do: a parse error, an invalid request, a message too large.
+async fn screened(body: Body) -> Result<Body, Response> {
+    let bytes = axum::body::to_bytes(body, MAX_MESSAGE_BYTES)
+        .await
+        .map_err(|_| {
+            rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                -32600,
+                format!(
+                    "the message exceeds {MAX_MESSAGE_BYTES} bytes (or its body could not be read)"
+                ),
+            )
+        })?;
+    match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Err(e) => Err(rpc_error(
+            StatusCode::BAD_REQUEST,
+            -32700,
+            format!("parse error: the message is not JSON ({e})"),
+        )),
+        Ok(serde_json::Value::Array(_)) => Err(rpc_error(
+            StatusCode::BAD_REQUEST,
+            -32600,
+            "invalid request: a batch (JSON array); MCP takes one JSON-RPC message per POST".into(),
+        )),
+        Ok(serde_json::Value::Object(_)) => Ok(Body::from(bytes)),
+        Ok(_) => Err(rpc_error(
+            StatusCode::BAD_REQUEST,
+            -32600,
+            "invalid request: a JSON-RPC message is a JSON object".into(),
+        )),
+    }
 }
 
 /// The run a request is about, as the gate bound it.
