@@ -494,3 +494,29 @@ fn hostile_messages_are_answered_clearly_and_record_nothing() {
     assert!(text.contains("1999-01-01"), "{text}");
     assert_eq!(trail_text(&s.url, &run), before, "nothing was recorded");
 }
+
+/// A session answers only the credential that began it: another token,
+/// even of the same agent, naming it is told there is no such session.
+#[test]
+fn a_session_answers_only_the_credential_that_began_it() {
+    let (_d, s, _run, endpoint) = served(&[]);
+    let first = issue(&s.url, "agent:responder", &[]);
+    let second = issue(&s.url, "agent:responder", &[]);
+    let session = session_of(initialize(&endpoint, Some(&first), None));
+    let list = |token: &str| {
+        reqwest::blocking::Client::new()
+            .post(&endpoint)
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-06-18")
+            .body(json!({"jsonrpc":"2.0","method":"notifications/initialized"}).to_string())
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(list(&second), 404, "another token's session");
+    assert!((200..300).contains(&list(&first)), "its own session");
+}

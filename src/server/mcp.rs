@@ -61,6 +61,9 @@ pub(super) struct Endpoint {
     service: StreamableHttpService<RunTools, LocalSessionManager>,
     sessions: Arc<LocalSessionManager>,
     answered: Arc<crate::mcp::Answered>,
+    /// Who began each session: a session is answered only for its own
+    /// caller (another credential naming it is told there is none).
+    owners: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
 }
 
 /// Tool results kept for retries, at most (the oldest forgotten first).
@@ -81,6 +84,43 @@ pub(super) fn endpoint(opts: &HttpOptions) -> Endpoint {
         service: StreamableHttpService::new(|| Ok(RunTools), sessions.clone(), config),
         sessions,
         answered: Arc::new(crate::mcp::Answered::new(ANSWERS_KEPT)),
+        owners: Arc::default(),
+    }
+}
+
+impl Endpoint {
+    /// Whether session `id` may be used by `who`: it began it, or the
+    /// session is not one this endpoint began (rmcp then answers 404).
+    fn may_use(&self, id: &str, who: &str) -> bool {
+        self.owners
+            .lock()
+            .map(|o| o.get(id).is_none_or(|owner| owner == who))
+            .unwrap_or(false)
+    }
+
+    /// Remember that `who` began session `id`, forgetting sessions that
+    /// ended once more are remembered than may be held.
+    async fn began(&self, id: &str, who: &str, max: usize) {
+        // The count first: no lock is held across the await below.
+        let held = self.owners.lock().map(|o| o.len()).unwrap_or(0);
+        let live: Option<std::collections::HashSet<String>> = match held {
+            n if n >= max => Some(
+                self.sessions
+                    .sessions
+                    .read()
+                    .await
+                    .keys()
+                    .map(|k| k.to_string())
+                    .collect(),
+            ),
+            _ => None,
+        };
+        if let Ok(mut o) = self.owners.lock() {
+            if let Some(live) = live {
+                o.retain(|k, _| live.contains(k));
+            }
+            o.insert(id.to_string(), who.to_string());
+        }
     }
 }
 
@@ -272,14 +312,38 @@ pub(super) async fn gate(
                     };
                     match body {
                         Err(refusal) => refusal,
+                        Ok(_)
+                            if bound
+                                .session
+                                .as_deref()
+                                .is_some_and(|id| !endpoint.may_use(id, &who_of(&bound))) =>
+                        {
+                            rpc_error(
+                                StatusCode::NOT_FOUND,
+                                -32001,
+                                "no such session for this caller: initialize a new one".into(),
+                            )
+                        }
                         Ok(body) => {
+                            let who = who_of(&bound);
+                            let fresh = bound.session.is_none();
                             let mut service = endpoint.service.clone();
                             let mut request = HttpRequest::from_parts(parts, body);
                             request.extensions_mut().insert(bound);
-                            match service.call(request).await {
+                            let r = match service.call(request).await {
                                 Ok(r) => r.map(Body::new),
                                 Err(never) => match never {},
+                            };
+                            let began = r
+                                .headers()
+                                .get("mcp-session-id")
+                                .and_then(|v| v.to_str().ok())
+                                .filter(|_| fresh)
+                                .map(str::to_string);
+                            if let Some(id) = began {
+                                endpoint.began(&id, &who, s.opts.max_streams).await;
                             }
+                            r
                         }
                     }
                 }
@@ -290,6 +354,11 @@ pub(super) async fn gate(
         .metrics
         .http("/v1/runs/{run}/mcp", response.status().as_u16());
     response
+}
+
+/// Who a bound request comes from, as sessions are owned.
+fn who_of(b: &Bound) -> String {
+    b.caller.share().unwrap_or_else(|| "operator".into())
 }
 
 /// The most a JSON-RPC message posted to an endpoint may be.
@@ -409,7 +478,7 @@ impl ServerHandler for RunTools {
     ) -> Result<CallToolResponse, McpError> {
         let b = bound_of(&ctx)?;
         let args = request.arguments.clone().unwrap_or_default();
-        let who = b.caller.share().unwrap_or_else(|| "operator".into());
+        let who = who_of(&b);
         let identity = crate::mcp::call_identity(
             &who,
             &b.run,
