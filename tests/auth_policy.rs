@@ -56,6 +56,7 @@ fn facts() -> Facts {
         agent_scope: Some("acme/travel".into()),
         run_opened_by: Some("platform:acme".into()),
         task_master: Some("platform:acme".into()),
+        task_master_agent: Some("planner".into()),
     }
 }
 
@@ -193,6 +194,7 @@ fn only_the_master_sends_evaluates_and_updates() {
     // An agent that opened the master run is that task's master too.
     let agent_master = Facts {
         task_master: Some("agent:planner".into()),
+        task_master_agent: None,
         ..facts()
     };
     let send = request(
@@ -208,6 +210,31 @@ fn only_the_master_sends_evaluates_and_updates() {
         Action::Op(&send),
         &agent_master
     ));
+}
+
+/// The draft has the master agent maintain its TaskContext: the agent of
+/// a task's master run sends, evaluates, updates and puts content for
+/// that task — not another agent, and not erasure, which stays with the
+/// principal that opened the master run.
+#[test]
+fn the_agent_of_the_master_run_maintains_its_task() {
+    let f = facts();
+    let planner = grant("agent:planner", &[]);
+    let hotel = grant("agent:hotel", &[]);
+    for r in every_op().iter().filter(|r| {
+        matches!(
+            r.op(),
+            "update_task" | "put_blob" | "send_context" | "evaluate"
+        )
+    }) {
+        assert!(allowed(&planner, Action::Op(r), &f), "{}", r.op());
+        assert!(!allowed(&hotel, Action::Op(r), &f), "{}", r.op());
+    }
+    let forget = request(json!({"op":"forget_task","task":"t1"}));
+    assert!(!allowed(&planner, Action::Op(&forget), &f));
+    // Agents still open no runs.
+    let open = request(json!({"op":"open_run","run":"x","agent":"planner"}));
+    assert!(!allowed(&planner, Action::Op(&open), &f));
 }
 
 #[test]
@@ -231,6 +258,7 @@ fn acme_facts() -> Facts {
         agent_scope: Some("acme/secret".into()),
         run_opened_by: Some("platform:acme".into()),
         task_master: Some("platform:acme".into()),
+        task_master_agent: Some("alice".into()),
     }
 }
 
@@ -415,6 +443,8 @@ fn matrix() -> Vec<(&'static str, Try, &'static [&'static str])> {
     const WHOLE: &[&str] = &["operator", "auditor"];
     const ACME: &[&str] = &["operator", "acme", "jwt:acme"];
     const ALICE: &[&str] = &["operator", "alice"];
+    // The task's master: who opened its master run, and that run's agent.
+    const MASTER: &[&str] = &["operator", "alice", "acme", "jwt:acme"];
     let c = agent_ctx("alice", "sub-alice");
     vec![
         (
@@ -507,19 +537,19 @@ fn matrix() -> Vec<(&'static str, Try, &'static [&'static str])> {
         (
             "update_task",
             Try::Op(json!({"op":"update_task","task":"t1","run":"m1","task_context":task_ctx()})),
-            ACME,
+            MASTER,
         ),
         (
             "put_blob",
             Try::Op(json!({"op":"put_blob","task":"t1","content":"x"})),
-            ACME,
+            MASTER,
         ),
         (
             "send_context",
             Try::Op(
                 json!({"op":"send_context","task":"t1","run":"m1","mode":"async","agent_context":agent_ctx("aide","sub-aide")}),
             ),
-            ACME,
+            MASTER,
         ),
         (
             "get_context",
@@ -541,7 +571,7 @@ fn matrix() -> Vec<(&'static str, Try, &'static [&'static str])> {
             Try::Op(
                 json!({"op":"evaluate","task":"t1","subtask":"sub-alice","decision":"accepted","run":"m1"}),
             ),
-            ACME,
+            MASTER,
         ),
         (
             "close_run a1",

@@ -79,6 +79,7 @@ fn the_facts_of_a_request_come_from_who_opened_what() {
             agent_scope: Some("acme/travel/inns".into()),
             run_opened_by: Some("platform:acme".into()),
             task_master: None,
+            task_master_agent: None,
         }
     );
     assert_eq!(

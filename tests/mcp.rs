@@ -25,6 +25,22 @@ fn round_trip(url: &str, token: &str, plan: Value) -> Value {
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
 }
 
+/// The Python SDK's round trip with `agentledger ARGS…` started as its
+/// STDIO server: what it saw, as JSON, once it saw the run's names.
+fn stdio_round_trip(args: &[&str], plan: Value) -> Value {
+    let mut argv = vec!["--stdio", env!("CARGO_BIN_EXE_agentledger")];
+    argv.extend(args);
+    let out = common::run_python("mcp_round_trip.py", &argv, &[], &plan.to_string());
+    let seen: Value = serde_json::from_slice(&out)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
+    assert_eq!(
+        seen["tools"][0]["inputSchema"]["properties"]["name"]["enum"],
+        json!(["triage_summary", "suspected_cause"]),
+        "{seen}"
+    );
+    seen
+}
+
 /// An MCP `initialize` POSTed to `endpoint`, showing `token` if any and
 /// naming `host` in the Host header if given.
 fn initialize(
@@ -132,7 +148,24 @@ fn an_agent_reads_by_name_and_closes_its_run_through_the_python_sdk() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(tools, ["read_artifact", "close_run"], "{seen}");
+    assert_eq!(
+        tools,
+        [
+            "read_artifact",
+            "close_run",
+            "get_context",
+            "get_blob",
+            "return_context",
+            "send_context",
+            "evaluate",
+            "update_task",
+            "put_blob"
+        ],
+        "{seen}"
+    );
+    for t in seen["tools"].as_array().unwrap() {
+        assert_eq!(t["outputSchema"]["type"], "object", "{t}");
+    }
     assert_eq!(
         seen["tools"][0]["inputSchema"]["properties"]["name"]["enum"],
         json!(["triage_summary", "suspected_cause"]),
@@ -299,31 +332,14 @@ fn the_same_tools_over_stdio_through_the_python_sdk() {
         incident(|v| l.ok(v))
     };
     let data_arg = data.display().to_string();
-    let out = common::run_python(
-        "mcp_round_trip.py",
-        &[
-            "--stdio",
-            env!("CARGO_BIN_EXE_agentledger"),
-            "--data",
-            &data_arg,
-            "mcp",
-            "--run",
-            &run,
-        ],
-        &[],
-        &json!([
+    let seen = stdio_round_trip(
+        &["--data", &data_arg, "mcp", "--run", &run],
+        json!([
             ["read_artifact", {"name": "suspected_cause"}],
             ["read_artifact", {"name": "root_cause"}],
             ["close_run", {"status": "succeeded", "summary": "fixed"}],
             ["read_artifact", {"name": "triage_summary"}],
-        ])
-        .to_string(),
-    );
-    let seen: Value = serde_json::from_slice(&out).unwrap();
-    assert_eq!(
-        seen["tools"][0]["inputSchema"]["properties"]["name"]["enum"],
-        json!(["triage_summary", "suspected_cause"]),
-        "{seen}"
+        ]),
     );
     let calls = &seen["calls"];
     assert_eq!(
@@ -351,15 +367,84 @@ fn the_same_tools_over_stdio_through_the_python_sdk() {
     assert!(trail.contains("closed succeeded \"fixed\""), "{trail}");
 }
 
-/// `mcp` says why it cannot serve: a run not in the ledger, or a data dir a
-/// server owns (naming the server's endpoint for the run instead).
+/// `agentledger mcp --run RUN --server URL --token-file F`, started by the
+/// Python SDK: each message relayed to the run's endpoint on the server
+/// with the agent's token, so the server decides and records everything as
+/// that agent — the same tools, answers and refusals as over HTTP.
+#[test]
+fn mcp_on_stdio_through_a_server_acts_as_the_token_given() {
+    let (d, s, run, _endpoint) = served(&[]);
+    let token = d.path().join("responder.token");
+    std::fs::write(&token, issue(&s.url, "agent:responder", &[])).unwrap();
+    let (data, token) = (d.path().display().to_string(), token.display().to_string());
+    let seen = stdio_round_trip(
+        &[
+            "--data",
+            &data,
+            "mcp",
+            "--run",
+            &run,
+            "--server",
+            &s.url,
+            "--token-file",
+            &token,
+        ],
+        json!([
+            ["read_artifact", {"name": "triage_summary"}],
+            ["read_artifact", {"name": "root_cause"}],
+            ["close_run", {"status": "succeeded", "summary": "fixed"}],
+            ["close_run", {"status": "succeeded", "summary": "again"}],
+        ]),
+    );
+    let calls = &seen["calls"];
+    assert_eq!(
+        calls[0]["content"][0]["text"], "The API is healthy; one pod fails.",
+        "{seen}"
+    );
+    assert_eq!(calls[1]["structuredContent"]["code"], "not_in_contract");
+    assert_ne!(calls[2]["isError"], json!(true), "{seen}");
+    assert_eq!(calls[3]["structuredContent"]["code"], "run_closed");
+    let trail = trail_text(&s.url, &run);
+    assert!(
+        trail
+            .lines()
+            .any(|l| l.contains("read triage_summary from inc-1")
+                && l.ends_with("(by agent:responder)")),
+        "{trail}"
+    );
+    assert!(trail.contains("closed succeeded \"fixed\""), "{trail}");
+}
+
+/// `mcp` says why it cannot serve, before any client speaks: through a
+/// server, a run it has no endpoint for, a token it does not know or one
+/// of another agent (the server's reasons, with its status); on a data
+/// dir, a run not in the ledger.
 #[test]
 fn mcp_on_stdio_refuses_clearly() {
-    let (d, s, run, endpoint) = served(&[]);
+    let (d, s, run, _endpoint) = served(&[]);
     let data = d.path();
-    let (code, _, err) = common::cli(data, &["mcp", "--run", &run]);
+    let file = |name: &str, token: &str| {
+        let f = data.join(name);
+        std::fs::write(&f, token).unwrap();
+        f.display().to_string()
+    };
+    let triager = file("triager.token", &issue(&s.url, "agent:triager", &[]));
+    let unknown = file("unknown.token", "not-a-token");
+    let (code, _, err) = common::cli(data, &["mcp", "--run", "nope"]);
     assert_ne!(code, 0);
-    assert!(err.contains(&endpoint), "{err}");
+    assert!(
+        err.contains("HTTP 404") && err.contains("\"nope\""),
+        "{err}"
+    );
+    let (code, _, err) = common::cli(data, &["mcp", "--run", &run, "--token-file", &triager]);
+    assert_ne!(code, 0);
+    assert!(err.contains("HTTP 403"), "{err}");
+    let (code, _, err) = common::cli(data, &["mcp", "--run", &run, "--token-file", &unknown]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("HTTP 401") && err.contains("--token-file"),
+        "{err}"
+    );
     drop(s);
     let (code, _, err) = common::cli(data, &["mcp", "--run", "nope"]);
     assert_ne!(code, 0);
@@ -519,4 +604,192 @@ fn a_session_answers_only_the_credential_that_began_it() {
     };
     assert_eq!(list(&second), 404, "another token's session");
     assert!((200..300).contains(&list(&first)), "its own session");
+}
+
+/// An AgentContext for `agent`'s subtask `sub`, holding `uri` by reference.
+fn agent_context(agent: &str, sub: &str, uri: &str) -> Value {
+    json!({
+        "AgentID": format!("id-{agent}"), "AgentName": agent, "SubTaskID": sub, "SubTaskName": sub,
+        "Dependencies": [],
+        "ContextItems": [{"ContextID": "inns", "ContextType": "text", "MediaType": "text/plain",
+            "ContextURI": uri, "Description": "the inns", "Priority": "reference_only"}],
+        "todoItems": [{"itemID": "i1", "description": "book an inn"}],
+        "EvaluationPolicy": {"SuccessCriteria": [{"CriterionID": "c1", "Description": "booked", "Required": true}],
+            "ConfidenceThreshold": 0.8}
+    })
+}
+
+/// The draft's context exchange over MCP, each agent through its own run's
+/// endpoint with its own token: the planner (its run the task's master)
+/// puts content and sends the hotel agent a context holding it by
+/// reference; the hotel agent gets its context, reads the content by its
+/// ContextURI and returns; the planner accepts it and updates the task.
+/// Each agent is refused what is the other's role, with the ledger's code,
+/// and nothing is recorded for a refusal the policy makes.
+#[test]
+fn the_context_exchange_runs_over_mcp_between_a_master_and_an_invoked_agent() {
+    let d = tempfile::tempdir().unwrap();
+    let s = start(d.path(), None, &["--dispatch", "manual"]);
+    for agent in ["planner", "hotel"] {
+        post_ok(
+            &s.url,
+            json!({"op":"publish_agent","agent":agent,"scope":"acme/travel","listens":[],"emits":[]}),
+        );
+    }
+    post_ok(
+        &s.url,
+        json!({"op":"open_run","run":"m1","agent":"planner"}),
+    );
+    post_ok(&s.url, json!({"op":"open_run","run":"h1","agent":"hotel"}));
+    post_ok(
+        &s.url,
+        json!({"op":"open_task","task":"t1","run":"m1","task_context":
+            {"TaskID":"T1","UserQuery":"a room","TaskName":"trip","TaskDescription":"d",
+             "GoalStatus":[],"OverallStatus":"open"}}),
+    );
+    let planner = issue(&s.url, "agent:planner", &[]);
+    let hotel = issue(&s.url, "agent:hotel", &[]);
+    let at = |run: &str| format!("{}/v1/runs/{run}/mcp", s.url);
+    let calls = |seen: &Value| seen["calls"].as_array().unwrap().clone();
+    let code = |call: &Value| call["structuredContent"]["code"].clone();
+
+    let seen = round_trip(
+        &at("m1"),
+        &planner,
+        json!([["put_blob", {"task": "t1", "content": "The Old Mill; The Lamb"}]]),
+    );
+    let uri = calls(&seen)[0]["structuredContent"]["uri"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{seen}"))
+        .to_string();
+    let ctx = agent_context("hotel", "sub-hotel", &uri);
+    let seen = round_trip(
+        &at("m1"),
+        &planner,
+        json!([
+            ["send_context", {"task": "t1", "mode": "sync", "agent_context": ctx}],
+            ["get_context", {"task": "t1"}],
+        ]),
+    );
+    let sent = calls(&seen);
+    assert_eq!(sent[0]["structuredContent"]["subtask"], "s1", "{seen}");
+    assert_eq!(code(&sent[1]), "not_your_context", "{seen}");
+
+    let seen = round_trip(
+        &at("h1"),
+        &hotel,
+        json!([
+            ["get_context", {"task": "t1"}],
+            ["get_blob", {"task": "t1", "uri": uri}],
+            ["evaluate", {"task": "t1", "subtask": "s1", "decision": "accepted"}],
+            ["return_context", {"task": "t1", "agent_context": ctx}],
+        ]),
+    );
+    let got = calls(&seen);
+    let own: Value = serde_json::from_str(got[0]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(own["AgentName"], "hotel", "{seen}");
+    assert_eq!(
+        got[1]["content"][0]["text"], "The Old Mill; The Lamb",
+        "{seen}"
+    );
+    assert_eq!(code(&got[2]), "forbidden", "{seen}");
+    assert_ne!(got[3]["isError"], json!(true), "{seen}");
+    let seen = round_trip(
+        &at("m1"),
+        &planner,
+        json!([
+            ["evaluate", {"task": "t1", "subtask": "s1", "decision": "accepted", "reason": "booked"}],
+            ["update_task", {"task": "t1", "task_context":
+                {"TaskID":"T1","UserQuery":"a room","TaskName":"trip","TaskDescription":"d",
+                 "GoalStatus":[],"OverallStatus":"done"}}],
+        ]),
+    );
+    for call in calls(&seen) {
+        assert_ne!(call["isError"], json!(true), "{seen}");
+    }
+    // Each step in the master run's trail, by the agent that took it.
+    let trail = trail_text(&s.url, "m1");
+    for (step, by) in [
+        ("sent s1 \"sub-hotel\" to hotel", "agent:planner"),
+        ("hotel read cas://sha256/", "agent:hotel"),
+        ("evaluate FORBIDDEN", "agent:hotel"),
+        ("hotel returned s1", "agent:hotel"),
+        ("master ACCEPTED s1", "agent:planner"),
+        ("updated the TaskContext", "agent:planner"),
+    ] {
+        assert!(
+            trail
+                .lines()
+                .any(|l| l.contains(step) && l.ends_with(&format!("(by {by})"))),
+            "{step} by {by}: {trail}"
+        );
+    }
+}
+
+/// Protocol revision 2026-07-28 has no `initialize` and no session: each
+/// request carries its protocol version and client capabilities in
+/// `_meta`, and is answered on its own. The endpoint lists and calls the
+/// run's tools so, for the run's agent, and a retry is tied to its first
+/// call by the idempotency key alone (no session to tie it by).
+#[test]
+fn a_sessionless_2026_07_28_client_lists_and_calls_the_tools() {
+    let (_d, s, run, endpoint) = served(&[]);
+    let responder = issue(&s.url, "agent:responder", &[]);
+    let post = |id: u64, method: &str, mut params: Value| {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "agentledger/idempotencyKey": format!("k{id}"),
+        });
+        // The revision's standard headers repeat the method, and the
+        // tool's name for a call.
+        let mut r = reqwest::blocking::Client::new()
+            .post(&endpoint)
+            .bearer_auth(&responder)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method);
+        if let Some(name) = params["name"].as_str() {
+            r = r.header("mcp-name", name);
+        }
+        let r = r
+            .body(json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string())
+            .send()
+            .unwrap();
+        assert!(r.headers().get("mcp-session-id").is_none(), "no session");
+        let status = r.status();
+        let text = r.text().unwrap();
+        let body = text
+            .lines()
+            .find_map(|l| l.strip_prefix("data:"))
+            .unwrap_or(&text)
+            .trim()
+            .to_string();
+        assert_eq!(status, 200, "{method}: {text}");
+        serde_json::from_str::<Value>(&body).unwrap_or_else(|e| panic!("{e}: {text}"))
+    };
+    let listed = post(1, "tools/list", json!({}));
+    assert_eq!(
+        listed["result"]["tools"][0]["inputSchema"]["properties"]["name"]["enum"],
+        json!(["triage_summary", "suspected_cause"]),
+        "{listed}"
+    );
+    let read = json!({"name": "read_artifact", "arguments": {"name": "triage_summary"}});
+    let first = post(2, "tools/call", read.clone());
+    assert_eq!(
+        first["result"]["content"][0]["text"], "The API is healthy; one pod fails.",
+        "{first}"
+    );
+    let again = post(2, "tools/call", read);
+    assert_eq!(
+        again["result"], first["result"],
+        "answered as the first time"
+    );
+    let trail = trail_text(&s.url, &run);
+    assert_eq!(
+        trail.matches("read triage_summary").count(),
+        1,
+        "the retry was not a second read: {trail}"
+    );
 }

@@ -18,7 +18,10 @@ pub fn gather(views: &Views, request: &Request) -> Result<Facts, ViewError> {
     };
     let master_of = |task: &str, facts: &mut Facts| -> Result<(), ViewError> {
         if let Some(t) = views.task(task)? {
-            facts.task_master = views.run(&t.master_run)?.map(|r| r.opened_by.clone());
+            if let Some(master) = views.run(&t.master_run)? {
+                facts.task_master = Some(master.opened_by.clone());
+                facts.task_master_agent = Some(master.agent.clone());
+            }
         }
         Ok(())
     };

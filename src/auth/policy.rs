@@ -45,6 +45,9 @@ pub struct Facts {
     /// The principal that opened the task's master run: the task's master
     /// (`update_task`, `put_blob`, `send_context`, `evaluate`).
     pub task_master: Option<String>,
+    /// The agent of the task's master run: the agent the draft has
+    /// maintain its TaskContext (the same operations, but not erasure).
+    pub task_master_agent: Option<String>,
 }
 
 /// Why a caller may not do what it asked: said in the `forbidden`
@@ -220,6 +223,17 @@ fn agent_op(name: &str, r: &Request, facts: &Facts, refuse: &Refuse) -> Result<(
                 &format!("agent {name}'s scope"),
                 refuse,
             )
+        }
+        // The draft's master agent maintains its task: the agent of the
+        // task's master run acts on it as the run's opener does. Erasing
+        // the task stays with the principal that opened that run.
+        Request::UpdateTask(_)
+        | Request::PutBlob(_)
+        | Request::SendContext(_)
+        | Request::Evaluate(_)
+            if facts.task_master_agent.as_deref() == Some(name) =>
+        {
+            Ok(())
         }
         Request::UpdateTask(_)
         | Request::PutBlob(_)

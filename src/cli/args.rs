@@ -577,9 +577,9 @@ pub enum Command {
     /// (what `schemas/ops.json` holds).
     #[command(after_help = "Examples:\n  agentledger schema > ops.json")]
     Schema,
-    /// Serve a run's governed tools (read_artifact, close_run) as an MCP
-    /// server on stdin/stdout, for agent frameworks that start MCP servers
-    /// as subprocesses; logs go to stderr only.
+    /// Serve a run's governed tools as an MCP server on stdin/stdout (logs
+    /// on stderr), for agent frameworks that start MCP servers themselves;
+    /// relayed with --token-file's token where a server owns the ledger.
     #[command(
         after_help = "Examples:\n  agentledger --data ./agentledger-demo mcp --run run-6313df716f9a1aab   # the demo's incident responder"
     )]

@@ -1,46 +1,45 @@
 //! `agentledger mcp --run RUN`: a run's governed tools as an MCP server on
 //! stdin/stdout (newline-delimited JSON-RPC; logs on stderr only), for agent
 //! frameworks that start MCP servers as subprocesses. On the local data
-//! dir, with the engine `apply` uses: each call is the protocol operation
-//! of the same name, decided there and flushed before it is answered.
+//! dir, with the engine `apply` uses (each call the protocol operation of
+//! the same name, decided there and flushed before it is answered); or,
+//! where a server owns the ledger (`--server URL`, or the one on the data
+//! dir), relayed to the run's endpoint there with the token given
+//! (`--token-file`, `AGENTLEDGER_TOKEN`), which decides everything.
 
 use super::args::Cli;
 use super::open::open_engine;
 use agentledger::engine::Engine;
-use agentledger::mcp::{
-    call_identity, names_of, operation, result_of, server_info, tools, Answered,
-};
+use agentledger::mcp::{names_of, Answered, Binding, RunLedger, RunTools};
 use agentledger::protocol::{self, Failure, Reply};
 use anyhow::{bail, Context, Result};
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerConfig,
-};
+use rmcp::model::ReadResourceResult;
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use rmcp::{ErrorData as McpError, RoleServer, ServiceExt};
 use std::sync::{Arc, Mutex};
 
-/// The tools of one run, on an engine of this process.
+/// A run's tools on an engine of this process: the process is the
+/// session, and its caller the operator of the data dir.
 #[derive(Clone)]
-struct StdioTools {
+struct LocalLedger {
     engine: Arc<Mutex<Engine>>,
-    run: String,
-    names: Vec<String>,
-    /// The tool results given, for a call retried with the same id (the
-    /// process is the session).
+    binding: Binding,
+    /// The tool results given, for a call retried with the same id.
     answered: Arc<Answered>,
 }
 
-impl StdioTools {
-    /// The reply of the ledger to `op`, durable before it is returned.
-    fn decide(&self, op: &serde_json::Value) -> Reply {
+const BROKEN: &str = "the engine failed in an earlier call";
+
+impl RunLedger for LocalLedger {
+    fn binding(&self, _ctx: &RequestContext<RoleServer>) -> Result<Binding, McpError> {
+        Ok(self.binding.clone())
+    }
+
+    async fn decide(&self, _ctx: &RequestContext<RoleServer>, op: serde_json::Value) -> Reply {
         let Ok(mut engine) = self.engine.lock() else {
-            return Reply::Failed(Failure::new(
-                agentledger::codes::Code::IoError,
-                "the engine failed in an earlier call",
-            ));
+            return Reply::Failed(Failure::new(agentledger::codes::Code::IoError, BROKEN));
         };
-        let done = protocol::parse_request(op).and_then(|r| protocol::answer(&mut engine, &r));
+        let done = protocol::parse_request(&op).and_then(|r| protocol::answer(&mut engine, &r));
         let reply = match done {
             Ok(done) => Reply::Done(done),
             Err(e) => Reply::Failed(Failure::new(e.code(), e.to_string())),
@@ -50,84 +49,26 @@ impl StdioTools {
             Err(e) => Reply::Failed(Failure::new(e.code(), e.to_string())),
         }
     }
-}
 
-impl ServerHandler for StdioTools {
-    fn get_info(&self) -> ServerConfig {
-        server_info()
-    }
-
-    async fn list_tools(
+    async fn read(
         &self,
-        _request: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools(
-            &self.run,
-            &self.names,
-        )))
-    }
-
-    async fn list_resources(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
-    ) -> Result<ListResourcesResult, McpError> {
-        Ok(ListResourcesResult::with_all_items(
-            agentledger::mcp::resources(&self.run),
-        ))
-    }
-
-    async fn read_resource(
-        &self,
-        request: ReadResourceRequestParams,
-        _ctx: RequestContext<RoleServer>,
-    ) -> Result<ReadResourceResponse, McpError> {
+        _ctx: &RequestContext<RoleServer>,
+        uri: String,
+    ) -> Result<ReadResourceResult, McpError> {
         let Ok(mut engine) = self.engine.lock() else {
-            return Err(McpError::internal_error(
-                "the engine failed in an earlier call",
-                None,
-            ));
+            return Err(McpError::internal_error(BROKEN, None));
         };
-        agentledger::mcp::read_resource(&mut engine, &self.run, &request.uri).map(Into::into)
+        agentledger::mcp::read_resource(&mut engine, &self.binding.run, &uri)
     }
 
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        let identity = call_identity(
-            "operator",
-            &self.run,
-            Some("stdio"),
-            &ctx.id,
-            request.meta.as_ref().or(Some(&ctx.meta)),
-        );
-        if let Some(first) = identity.as_deref().and_then(|k| self.answered.get(k)) {
-            return Ok(first.into());
-        }
-        let args = request.arguments.clone().unwrap_or_default();
-        let reply = match operation(&self.run, &request.name, &args) {
-            Ok(op) => self.decide(&op),
-            Err(f) => Reply::Failed(f),
-        };
-        let result = result_of(&request.name, reply);
-        if let Some(k) = identity {
-            self.answered.put(k, &result);
-        }
-        Ok(result.into())
+    fn answered(&self) -> &Answered {
+        &self.answered
     }
 }
 
 pub(super) fn serve_stdio(cli: &Cli, run: &str) -> Result<i32> {
     if let Some(server) = super::remote::server_for(cli)? {
-        bail!(
-            "a server at {} owns {}: point the MCP client at {}/v1/runs/{run}/mcp with the agent's token",
-            server.url(),
-            cli.data.display(),
-            server.url()
-        );
+        return super::mcp_relay::relay(&server, run);
     }
     let engine = open_engine(cli)?;
     let found = engine
@@ -140,12 +81,17 @@ pub(super) fn serve_stdio(cli: &Cli, run: &str) -> Result<i32> {
             cli.data.display()
         );
     };
-    let tools = StdioTools {
-        names: names_of(&found),
+    let tools = RunTools(LocalLedger {
+        binding: Binding {
+            run: run.to_string(),
+            agent: found.agent.clone(),
+            names: names_of(&found),
+            who: "operator".into(),
+            session: Some("stdio".into()),
+        },
         engine: Arc::new(Mutex::new(engine)),
-        run: run.to_string(),
         answered: Arc::new(Answered::new(4096)),
-    };
+    });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -15,6 +15,7 @@ mod demo;
 mod families;
 mod inspect;
 mod mcp;
+mod mcp_relay;
 mod open;
 mod rebuild;
 mod remote;

@@ -127,6 +127,16 @@ impl Server {
         Ok((status, r.text().unwrap_or_default()))
     }
 
+    /// A request to `path` showing the token, for what no method here
+    /// asks (the MCP relay's messages).
+    pub fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+    ) -> reqwest::blocking::RequestBuilder {
+        self.authorized(self.client.request(method, format!("{}{path}", self.base)))
+    }
+
     /// Where the server answers.
     pub fn url(&self) -> &str {
         &self.base

@@ -1,33 +1,28 @@
 //! `/v1/runs/{run}/mcp`: a run's governed tools as a Model Context
 //! Protocol server (Streamable HTTP, on `rmcp`), so that an agent framework
 //! reaches the ledger through the MCP client it already has. The endpoint
-//! is bound to one run and answers only the run's agent (or the operator):
-//! `read_artifact` takes a name from the run's trigger event — its input
-//! schema is an enum of exactly those names, never refs — and `close_run`
-//! finishes the run. Each call is the same protocol operation `/v1/ops`
-//! takes, decided by the same engine on the ledger thread: this layer
-//! decides nothing. It sits outside the middleware that turns errors into
-//! the ledger's answer object, since MCP clients expect JSON-RPC errors
-//! and HTTP statuses.
+//! is bound to one run and answers only the run's agent (or the operator);
+//! the tools themselves are `crate::mcp`'s. Each call is the same protocol
+//! operation `/v1/ops` takes, for the same caller, decided by the same
+//! engine on the ledger thread: this layer decides nothing. It sits
+//! outside the middleware that turns errors into the ledger's answer
+//! object, since MCP clients expect JSON-RPC errors and HTTP statuses.
 
 use super::access::{caller, Asked};
 use super::ledger::{grant_of, Caller, Gone};
 use super::state::{AppState, HttpOptions};
 use crate::auth::{authorize, facts, Action};
 use crate::codes::Code;
-use crate::mcp::{operation, result_of, tools};
+use crate::mcp::{Binding, RunLedger, RunTools};
 use crate::protocol::{Failure, ReadArtifactOp, Reply, Request};
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Request as HttpRequest, StatusCode};
 use axum::response::{IntoResponse, Response};
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerConfig,
-};
+use rmcp::model::ReadResourceResult;
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::json;
 use std::sync::Arc;
 use tower_service::Service as _;
@@ -36,31 +31,27 @@ use tower_service::Service as _;
 /// sees the request, and handed to the tools in the request's extensions.
 #[derive(Clone)]
 struct Bound {
-    run: String,
+    binding: Binding,
     caller: Caller,
-    /// The names the run's trigger event exposes, in its order.
-    names: Vec<String>,
     /// The server the calls go through (per request, so that no session
     /// keeps the ledger alive past the server's end).
     state: AppState,
-    /// The tool results given lately, for retries.
-    answered: Arc<crate::mcp::Answered>,
-    /// The MCP session the request belongs to, if any.
-    session: Option<String>,
 }
 
-/// The tools of one run, answered through the ledger thread; what run,
-/// for whom and through which server comes with each request.
-#[derive(Clone, Copy)]
-pub(super) struct RunTools;
+/// The server's ledger, as a run's tools see it: each call goes to the
+/// ledger thread as the operation `/v1/ops` would take, for the caller the
+/// gate bound to the request.
+#[derive(Clone)]
+pub(super) struct HttpLedger {
+    answered: Arc<crate::mcp::Answered>,
+}
 
 /// The MCP service mounted at every run's endpoint, and its sessions
 /// (counted, so that their number stays within `--max-streams`).
 #[derive(Clone)]
 pub(super) struct Endpoint {
-    service: StreamableHttpService<RunTools, LocalSessionManager>,
+    service: StreamableHttpService<RunTools<HttpLedger>, LocalSessionManager>,
     sessions: Arc<LocalSessionManager>,
-    answered: Arc<crate::mcp::Answered>,
     /// Who began each session: a session is answered only for its own
     /// caller (another credential naming it is told there is none).
     owners: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
@@ -80,10 +71,16 @@ pub(super) fn endpoint(opts: &HttpOptions) -> Endpoint {
         .with_allowed_hosts(hosts)
         .with_json_response(true);
     let sessions = Arc::new(LocalSessionManager::default());
-    Endpoint {
-        service: StreamableHttpService::new(|| Ok(RunTools), sessions.clone(), config),
-        sessions,
+    let ledger = HttpLedger {
         answered: Arc::new(crate::mcp::Answered::new(ANSWERS_KEPT)),
+    };
+    Endpoint {
+        service: StreamableHttpService::new(
+            move || Ok(RunTools(ledger.clone())),
+            sessions.clone(),
+            config,
+        ),
+        sessions,
         owners: Arc::default(),
     }
 }
@@ -206,7 +203,6 @@ fn admit(
     caller: &Caller,
     run: &str,
     state: AppState,
-    answered: Arc<crate::mcp::Answered>,
 ) -> Result<Bound, Failure> {
     let grant = grant_of(engine, caller)?;
     let views = engine.views();
@@ -225,14 +221,16 @@ fn admit(
     let facts = facts::gather(views, &asked).map_err(damaged)?;
     authorize(&grant, Action::Op(&asked), &facts)
         .map_err(|f| Failure::new(Code::Forbidden, f.to_string()))?;
-    let names = crate::mcp::names_of(&found);
     Ok(Bound {
-        run: run.to_string(),
+        binding: Binding {
+            run: run.to_string(),
+            agent: found.agent.clone(),
+            names: crate::mcp::names_of(&found),
+            who: caller.share().unwrap_or_else(|| "operator".into()),
+            session: None,
+        },
         caller: caller.clone(),
-        names,
         state,
-        answered,
-        session: None,
     })
 }
 
@@ -256,12 +254,9 @@ pub(super) async fn gate(
     let response = match caller(&s, &asked) {
         Err(f) => refused(StatusCode::UNAUTHORIZED, &f, Some(&metadata)),
         Ok(who) => {
-            let (run, state, answered) = (run.clone(), s.clone(), endpoint.answered.clone());
+            let (run, state) = (run.clone(), s.clone());
             match s
-                .in_time(
-                    s.ledger
-                        .call(move |e| admit(e, &who, &run, state, answered)),
-                )
+                .in_time(s.ledger.call(move |e| admit(e, &who, &run, state)))
                 .await
             {
                 Err(_) => refused(
@@ -300,7 +295,7 @@ pub(super) async fn gate(
                     r
                 }
                 Ok(Ok(Ok(mut bound))) => {
-                    bound.session = parts
+                    bound.binding.session = parts
                         .headers
                         .get("mcp-session-id")
                         .and_then(|v| v.to_str().ok())
@@ -314,9 +309,10 @@ pub(super) async fn gate(
                         Err(refusal) => refusal,
                         Ok(_)
                             if bound
+                                .binding
                                 .session
                                 .as_deref()
-                                .is_some_and(|id| !endpoint.may_use(id, &who_of(&bound))) =>
+                                .is_some_and(|id| !endpoint.may_use(id, &bound.binding.who)) =>
                         {
                             rpc_error(
                                 StatusCode::NOT_FOUND,
@@ -325,8 +321,8 @@ pub(super) async fn gate(
                             )
                         }
                         Ok(body) => {
-                            let who = who_of(&bound);
-                            let fresh = bound.session.is_none();
+                            let who = bound.binding.who.clone();
+                            let fresh = bound.binding.session.is_none();
                             let mut service = endpoint.service.clone();
                             let mut request = HttpRequest::from_parts(parts, body);
                             request.extensions_mut().insert(bound);
@@ -354,11 +350,6 @@ pub(super) async fn gate(
         .metrics
         .http("/v1/runs/{run}/mcp", response.status().as_u16());
     response
-}
-
-/// Who a bound request comes from, as sessions are owned.
-fn who_of(b: &Bound) -> String {
-    b.caller.share().unwrap_or_else(|| "operator".into())
 }
 
 /// The most a JSON-RPC message posted to an endpoint may be.
@@ -422,82 +413,18 @@ fn bound_of(ctx: &RequestContext<RoleServer>) -> Result<Bound, McpError> {
         .ok_or_else(|| McpError::internal_error("the request was not admitted to a run", None))
 }
 
-impl ServerHandler for RunTools {
-    fn get_info(&self) -> ServerConfig {
-        crate::mcp::server_info()
+impl RunLedger for HttpLedger {
+    fn binding(&self, ctx: &RequestContext<RoleServer>) -> Result<Binding, McpError> {
+        bound_of(ctx).map(|b| b.binding)
     }
 
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, McpError> {
-        let b = bound_of(&ctx)?;
-        Ok(ListToolsResult::with_all_items(tools(&b.run, &b.names)))
-    }
-
-    async fn list_resources(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<ListResourcesResult, McpError> {
-        let b = bound_of(&ctx)?;
-        Ok(ListResourcesResult::with_all_items(crate::mcp::resources(
-            &b.run,
-        )))
-    }
-
-    async fn read_resource(
-        &self,
-        request: ReadResourceRequestParams,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<ReadResourceResponse, McpError> {
-        let b = bound_of(&ctx)?;
-        let s = &b.state;
-        let (run, uri) = (b.run.clone(), request.uri.clone());
-        match s
-            .in_time(
-                s.ledger
-                    .call(move |e| crate::mcp::read_resource(e, &run, &uri)),
-            )
-            .await
-        {
-            Ok(Ok(read)) => read.map(Into::into),
-            Ok(Err(Gone)) => Err(McpError::internal_error(Gone.to_string(), None)),
-            Err(_) => Err(McpError::internal_error(
-                "the ledger did not answer in time",
-                None,
-            )),
-        }
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        let b = bound_of(&ctx)?;
-        let args = request.arguments.clone().unwrap_or_default();
-        let who = who_of(&b);
-        let identity = crate::mcp::call_identity(
-            &who,
-            &b.run,
-            b.session.as_deref(),
-            &ctx.id,
-            request.meta.as_ref().or(Some(&ctx.meta)),
-        );
-        if let Some(first) = identity.as_deref().and_then(|k| b.answered.get(k)) {
-            return Ok(first.into());
-        }
-        let op = match operation(&b.run, &request.name, &args) {
-            Ok(op) => op,
-            Err(f) => return Ok(result_of(&request.name, Reply::Failed(f)).into()),
+    async fn decide(&self, ctx: &RequestContext<RoleServer>, op: serde_json::Value) -> Reply {
+        let b = match bound_of(ctx) {
+            Ok(b) => b,
+            Err(e) => return Reply::Failed(Failure::new(Code::IoError, e.message.to_string())),
         };
         let s = &b.state;
-        let reply = match s
-            .in_time(s.ledger.ops(b.caller.clone(), vec![Ok(op)]))
-            .await
-        {
+        match s.in_time(s.ledger.ops(b.caller, vec![Ok(op)])).await {
             Ok(Ok(Ok(mut replies))) if !replies.is_empty() => replies.swap_remove(0),
             Ok(Ok(Err(f))) => Reply::Failed(f),
             Ok(Ok(Ok(_))) | Ok(Err(Gone)) => {
@@ -507,11 +434,34 @@ impl ServerHandler for RunTools {
                 Code::Timeout,
                 "the ledger did not answer in time",
             )),
-        };
-        let result = result_of(&request.name, reply);
-        if let Some(k) = identity {
-            b.answered.put(k, &result);
         }
-        Ok(result.into())
+    }
+
+    async fn read(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        uri: String,
+    ) -> Result<ReadResourceResult, McpError> {
+        let b = bound_of(ctx)?;
+        let s = &b.state;
+        let run = b.binding.run;
+        match s
+            .in_time(
+                s.ledger
+                    .call(move |e| crate::mcp::read_resource(e, &run, &uri)),
+            )
+            .await
+        {
+            Ok(Ok(read)) => read,
+            Ok(Err(Gone)) => Err(McpError::internal_error(Gone.to_string(), None)),
+            Err(_) => Err(McpError::internal_error(
+                "the ledger did not answer in time",
+                None,
+            )),
+        }
+    }
+
+    fn answered(&self) -> &crate::mcp::Answered {
+        &self.answered
     }
 }

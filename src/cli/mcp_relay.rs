@@ -1,0 +1,166 @@
+//! `agentledger mcp --run RUN` where a server owns the ledger: each
+//! JSON-RPC message read on stdin is POSTed to the run's endpoint on that
+//! server (`/v1/runs/{run}/mcp`) with the token, and what it answers is
+//! written to stdout, one message a line. The server authenticates,
+//! decides and keeps the session; this only carries messages between the
+//! two transports, so a framework that starts MCP servers as subprocesses
+//! reaches a ledger it cannot open itself.
+
+use super::remote::Server;
+use anyhow::{bail, Context, Result};
+use reqwest::blocking::Response;
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::io::{BufRead, Write};
+
+/// The HTTP headers that carry an MCP session across requests.
+const SESSION: &str = "mcp-session-id";
+const VERSION: &str = "mcp-protocol-version";
+
+/// What the relay knows of the session it carries.
+#[derive(Default)]
+struct Carried {
+    session: Option<String>,
+    version: Option<String>,
+}
+
+pub(super) fn relay(server: &Server, run: &str) -> Result<i32> {
+    let path = format!("/v1/runs/{}/mcp", agentledger::encode::path_segment(run));
+    admitted(server, &path)?;
+    tracing::info!(endpoint = %format!("{}{path}", server.url()), "relaying MCP from stdin/stdout");
+    let mut carried = Carried::default();
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let line = line.context("reading stdin")?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        for answer in exchange(server, &path, &line, &mut carried) {
+            let mut out = std::io::stdout().lock();
+            // A client that went away ends the relay.
+            if writeln!(out, "{answer}").and_then(|_| out.flush()).is_err() {
+                return Ok(0);
+            }
+        }
+    }
+    if let Some(id) = &carried.session {
+        // Ending the session frees its place on the server at once.
+        let _ = server
+            .request(Method::DELETE, &path)
+            .header(SESSION, id)
+            .send();
+    }
+    Ok(0)
+}
+
+/// Whether the server lets this token use the run's endpoint: asked
+/// before the client starts, so that a wrong token or run ends the
+/// process with the server's reason rather than a failed handshake.
+fn admitted(server: &Server, path: &str) -> Result<()> {
+    let r = server
+        .request(Method::GET, path)
+        .header("accept", "text/event-stream")
+        .send()
+        .with_context(|| format!("asking {}{path}", server.url()))?;
+    let status = r.status();
+    if matches!(status.as_u16(), 401 | 403 | 404) {
+        let body: Value = r.json().unwrap_or(Value::Null);
+        let why = body["error"]["message"]
+            .as_str()
+            .unwrap_or("no reason given")
+            .to_string();
+        let hint = match status.as_u16() {
+            401 => " (give the agent's token with --token-file or AGENTLEDGER_TOKEN)",
+            _ => "",
+        };
+        bail!("{}{path}: HTTP {status}: {why}{hint}", server.url());
+    }
+    Ok(())
+}
+
+/// POST one message; the messages to write back (none for a notification
+/// the server accepted).
+fn exchange(server: &Server, path: &str, line: &str, carried: &mut Carried) -> Vec<String> {
+    let message: Option<Value> = serde_json::from_str(line).ok();
+    let id = message.as_ref().and_then(|m| m.get("id")).cloned();
+    let mut request = server
+        .request(Method::POST, path)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(line.to_string());
+    if let Some(s) = &carried.session {
+        request = request.header(SESSION, s);
+    }
+    if let Some(v) = &carried.version {
+        request = request.header(VERSION, v);
+    }
+    let answers = request
+        .send()
+        .with_context(|| format!("the server at {} did not answer", server.url()))
+        .and_then(|r| answered(r, carried));
+    match answers {
+        Ok(answers) => answers
+            .into_iter()
+            .map(|mut a| {
+                // The server answers a message it could not read with id
+                // null; the client knows the message by its id.
+                if a.get("id").is_some_and(Value::is_null) && id.is_some() {
+                    a["id"] = id.clone().unwrap_or(Value::Null);
+                }
+                remember_version(&a, carried);
+                a.to_string()
+            })
+            .collect(),
+        Err(e) => {
+            let why = format!("{e:#}");
+            tracing::warn!("{why}");
+            match id {
+                Some(id) => vec![json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": -32603, "message": why}})
+                .to_string()],
+                None => Vec::new(),
+            }
+        }
+    }
+}
+
+/// The protocol version an `initialize` result names: later requests say
+/// it in their header.
+fn remember_version(answer: &Value, carried: &mut Carried) {
+    if let Some(v) = answer["result"]["protocolVersion"].as_str() {
+        carried.version = Some(v.to_string());
+    }
+}
+
+/// The JSON-RPC messages in an answer: its JSON body, the `data` of each
+/// event of an SSE body, or a refusal made one.
+fn answered(r: Response, carried: &mut Carried) -> Result<Vec<Value>> {
+    let status = r.status();
+    if let Some(s) = r.headers().get(SESSION).and_then(|v| v.to_str().ok()) {
+        carried.session = Some(s.to_string());
+    }
+    let sse = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/event-stream"));
+    let body = r.text().context("reading the answer")?;
+    if status.as_u16() == 202 || body.trim().is_empty() && status.is_success() {
+        return Ok(Vec::new());
+    }
+    if sse {
+        return Ok(body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str(d.trim()).ok())
+            .collect());
+    }
+    match serde_json::from_str::<Value>(&body) {
+        Ok(v) if v.get("jsonrpc").is_some() => Ok(vec![v]),
+        Ok(v) => bail!(
+            "HTTP {status}: {}",
+            v["error"]["message"].as_str().unwrap_or(body.trim())
+        ),
+        Err(_) => bail!("HTTP {status}: {}", body.trim()),
+    }
+}
