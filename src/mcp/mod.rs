@@ -24,9 +24,12 @@ use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
 /// What a run's MCP server says of itself at `initialize`.
 pub fn server_info() -> ServerConfig {
     let mut info = ServerConfig::new(
+        // Prompts are declared (there are none) so that a client listing
+        // them is answered rather than refused.
         ServerCapabilities::builder()
             .enable_tools()
             .enable_resources()
+            .enable_prompts()
             .build(),
     );
     info.server_info = Implementation::new("agentledger", env!("CARGO_PKG_VERSION"));

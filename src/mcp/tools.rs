@@ -85,10 +85,62 @@ fn object(v: Value) -> Arc<JsonObject> {
     }
 }
 
-/// The schema of an answer: the reply `/v1/ops` gives, as `schemas/ops.json`
-/// has it.
+/// The schema of a call's structured result: the answer `/v1/ops` gives
+/// (as `schemas/ops.json` has it), or a refusal's code and message — a
+/// client checks an error result against it too. Each `true` (anything: a
+/// context's JSON) is written `{}` and the formats of Rust's integer kinds
+/// (`uint32`, …) are left out, as clients expect of a JSON Schema.
 fn output<T: schemars::JsonSchema>() -> Arc<JsonObject> {
-    object(schemars::schema_for!(Done<T>).to_value())
+    let mut done = schemars::schema_for!(Done<T>).to_value();
+    let defs = done
+        .as_object_mut()
+        .and_then(|o| {
+            o.remove("$schema");
+            o.remove("$defs")
+        })
+        .unwrap_or_else(|| json!({}));
+    let mut v = json!({
+        "type": "object",
+        "oneOf": [done, {
+            "type": "object",
+            "description": "A refusal: the ledger's code and message (the result's isError is true)",
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+            "required": ["code", "message"],
+            "additionalProperties": false
+        }],
+        "$defs": defs,
+    });
+    plain(&mut v);
+    object(v)
+}
+
+/// Rewrite the subschemas of schema `v` that are `true` as `{}`, and drop
+/// formats JSON Schema does not define.
+fn plain(v: &mut Value) {
+    let Value::Object(o) = v else { return };
+    if o.get("format").and_then(Value::as_str).is_some_and(|f| {
+        ["int", "uint", "double", "float"]
+            .iter()
+            .any(|p| f.starts_with(p))
+    }) {
+        o.remove("format");
+    }
+    let sub = |s: &mut Value| match s {
+        Value::Bool(true) => *s = json!({}),
+        s => plain(s),
+    };
+    for (k, val) in o.iter_mut() {
+        match (k.as_str(), val) {
+            ("properties" | "$defs" | "definitions", Value::Object(m)) => {
+                m.values_mut().for_each(sub)
+            }
+            ("allOf" | "anyOf" | "oneOf" | "prefixItems", Value::Array(a)) => {
+                a.iter_mut().for_each(sub)
+            }
+            ("items" | "not" | "contains", s) => sub(s),
+            _ => {}
+        }
+    }
 }
 
 fn task_property() -> Value {
@@ -306,6 +358,11 @@ mod tests {
                 .as_ref()
                 .expect("every tool has an output schema");
             assert_eq!(out["type"], "object", "{}", t.name);
+            let text = serde_json::to_string(&**out).unwrap();
+            assert!(!text.contains("\"uint"), "{}: {text}", t.name);
+            for (p, schema) in out["oneOf"][0]["properties"].as_object().unwrap() {
+                assert!(schema.is_object(), "{}: {p} is written {schema}", t.name);
+            }
             let text = serde_json::to_string(&*t.input_schema).unwrap();
             for r in text.split("\"$ref\":\"#/$defs/").skip(1) {
                 let def = r.split('"').next().unwrap();

