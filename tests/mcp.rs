@@ -999,3 +999,81 @@ fn langgraph_triages_the_incident_over_stdio() {
     assert_eq!(seen["final"], "Incident handled.", "{seen}");
     triaged_by_the_agent(&s.url, &endpoint, &run, &responder);
 }
+
+/// The relay begins the session again when the server no longer holds it
+/// (here the server restarted; likewise a session idle past the server's
+/// limit): the client on stdin, which still holds its session, is answered
+/// as before, and the reads before and after are both in the trail.
+#[test]
+fn the_relay_begins_the_session_again_when_the_server_restarts() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    });
+    let args = ["--dispatch", "manual", "--listen", &listen];
+    let s = start(d.path(), None, &args);
+    let run = incident(|v| post_ok(&s.url, v));
+    let token = d.path().join("responder.token");
+    std::fs::write(&token, issue(&s.url, "agent:responder", &[])).unwrap();
+    let mut relay = std::process::Command::new(env!("CARGO_BIN_EXE_agentledger"))
+        .args(relayed(&run, &s.url, &token.display().to_string()))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut to = relay.stdin.take().unwrap();
+    let mut from = BufReader::new(relay.stdout.take().unwrap());
+    let mut ask = |v: Value, answered: bool| -> Value {
+        writeln!(to, "{v}").unwrap();
+        if !answered {
+            return Value::Null;
+        }
+        let mut line = String::new();
+        from.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    };
+    let init = ask(
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}),
+        true,
+    );
+    assert_eq!(
+        init["result"]["serverInfo"]["name"], "agentledger",
+        "{init}"
+    );
+    ask(
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        false,
+    );
+    let read = |id: u64, name: &str| {
+        json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+            "params":{"name":"read_artifact","arguments":{"name":name}}})
+    };
+    let first = ask(read(2, "triage_summary"), true);
+    assert_eq!(
+        first["result"]["content"][0]["text"], "The API is healthy; one pod fails.",
+        "{first}"
+    );
+    drop(s);
+    let s = start(d.path(), None, &args);
+    let second = ask(read(3, "suspected_cause"), true);
+    assert_eq!(second["id"], 3, "{second}");
+    assert_eq!(
+        second["result"]["content"][0]["text"], "A missing Slack token.",
+        "{second}"
+    );
+    drop(to);
+    assert!(relay.wait().unwrap().success());
+    let trail = trail_text(&s.url, &run);
+    for name in ["triage_summary", "suspected_cause"] {
+        assert!(
+            trail
+                .lines()
+                .any(|l| l.contains(&format!("read {name}")) && l.ends_with("(by agent:responder)")),
+            "{trail}"
+        );
+    }
+}

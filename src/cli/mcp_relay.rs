@@ -22,6 +22,11 @@ const VERSION: &str = "mcp-protocol-version";
 struct Carried {
     session: Option<String>,
     version: Option<String>,
+    /// The client's `initialize` and `notifications/initialized`, to begin
+    /// the session again where the server no longer holds it (it was idle
+    /// past the server's limit, or the server restarted): the client on
+    /// stdin still holds it.
+    handshake: Vec<String>,
 }
 
 pub(super) fn relay(server: &Server, run: &str) -> Result<i32> {
@@ -78,11 +83,8 @@ fn admitted(server: &Server, path: &str) -> Result<()> {
     Ok(())
 }
 
-/// POST one message; the messages to write back (none for a notification
-/// the server accepted).
-fn exchange(server: &Server, path: &str, line: &str, carried: &mut Carried) -> Vec<String> {
-    let message: Option<Value> = serde_json::from_str(line).ok();
-    let id = message.as_ref().and_then(|m| m.get("id")).cloned();
+/// POST `line` in the session carried.
+fn post(server: &Server, path: &str, line: &str, carried: &Carried) -> Result<Response> {
     let mut request = server
         .request(Method::POST, path)
         .header("accept", "application/json, text/event-stream")
@@ -94,10 +96,52 @@ fn exchange(server: &Server, path: &str, line: &str, carried: &mut Carried) -> V
     if let Some(v) = &carried.version {
         request = request.header(VERSION, v);
     }
-    let answers = request
+    request
         .send()
         .with_context(|| format!("the server at {} did not answer", server.url()))
-        .and_then(|r| answered(r, carried));
+}
+
+/// Begin the session again with the client's own handshake; whether the
+/// server took it.
+fn renew(server: &Server, path: &str, carried: &mut Carried) -> bool {
+    carried.session = None;
+    let handshake = carried.handshake.clone();
+    for line in &handshake {
+        match post(server, path, line, carried).and_then(|r| answered(r, carried)) {
+            Ok(answers) => answers.iter().for_each(|a| remember_version(a, carried)),
+            Err(e) => {
+                tracing::warn!("beginning the MCP session again: {e:#}");
+                return false;
+            }
+        }
+    }
+    tracing::info!("the server no longer held the MCP session: began it again");
+    carried.session.is_some()
+}
+
+/// POST one message; the messages to write back (none for a notification
+/// the server accepted).
+fn exchange(server: &Server, path: &str, line: &str, carried: &mut Carried) -> Vec<String> {
+    let message: Option<Value> = serde_json::from_str(line).ok();
+    let id = message.as_ref().and_then(|m| m.get("id")).cloned();
+    let method = message.as_ref().and_then(|m| m["method"].as_str());
+    match method {
+        Some("initialize") => carried.handshake = vec![line.to_string()],
+        Some("notifications/initialized") => carried.handshake.push(line.to_string()),
+        _ => {}
+    }
+    let mut sent = post(server, path, line, carried);
+    let lost = |r: &Result<Response>| {
+        r.as_ref()
+            .is_ok_and(|r| r.status() == reqwest::StatusCode::NOT_FOUND)
+    };
+    if lost(&sent) && carried.session.is_some() && carried.handshake.len() == 2 {
+        // Only once: a session the server forgets again is its answer.
+        if renew(server, path, carried) {
+            sent = post(server, path, line, carried);
+        }
+    }
+    let answers = sent.and_then(|r| answered(r, carried));
     match answers {
         Ok(answers) => answers
             .into_iter()

@@ -50,7 +50,12 @@ pub fn start_with_env(
     let mut c = Command::new(env!("CARGO_BIN_EXE_agentledger"));
     c.envs(env.iter().copied())
         .args(base_args(data, kafka))
-        .args(["serve", "--listen", "127.0.0.1:0"])
+        .arg("serve")
+        .args(if extra.contains(&"--listen") {
+            &[][..]
+        } else {
+            &["--listen", "127.0.0.1:0"][..]
+        })
         .args(if extra.contains(&"--poll-ms") {
             &[][..]
         } else {
