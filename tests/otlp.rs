@@ -339,3 +339,130 @@ fn a_collector_url_that_cannot_be_used_is_refused_before_serving() {
     );
     assert!(!err.contains("listening"), "{err}");
 }
+
+/// Each MCP request to a run's endpoint is a SERVER span exported live,
+/// named `{mcp.method.name} {gen_ai.tool.name}` with the conventions'
+/// attributes; a `traceparent` in the call's `_meta` makes the caller's
+/// span its parent, and a refused call says `error.type = tool_error`.
+#[test]
+fn mcp_requests_are_server_spans_under_the_callers_trace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let collector = Collector::start(tmp.path(), port);
+    let srv = server::start(
+        &tmp.path().join("d"),
+        None,
+        &[
+            "--otlp-endpoint",
+            &collector.url(port),
+            "--dispatch",
+            "manual",
+        ],
+    );
+    let url = srv.url.clone();
+    server::post_ok(
+        &url,
+        json!({"op":"publish_agent","agent":"triager","scope":"acme/platform",
+            "emits":[{"event":"incident.triaged","context":"c","artifacts":["triage_summary"]}]}),
+    );
+    server::post_ok(
+        &url,
+        json!({"op":"publish_agent","agent":"responder","scope":"acme/platform","listens":["incident.triaged"]}),
+    );
+    server::post_ok(
+        &url,
+        json!({"op":"open_run","run":"inc-1","agent":"triager"}),
+    );
+    server::post_ok(
+        &url,
+        json!({"op":"close_run","run":"inc-1","status":"succeeded","artifacts":{"triage_summary":"t"}}),
+    );
+    let d = server::post_ok(&url, json!({"op":"dispatch"}));
+    let run = d["opened"][0]["run"].as_str().unwrap().to_string();
+    let token = server::issue(&url, "agent:responder", &[]);
+    let endpoint = format!("{url}/v1/runs/{run}/mcp");
+    let client = reqwest::blocking::Client::new();
+    let mut session: Option<String> = None;
+    let mut post = |body: Value| {
+        let mut r = client
+            .post(&endpoint)
+            .bearer_auth(&token)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(s) = &session {
+            r = r.header("mcp-session-id", s);
+        }
+        let r = r.body(body.to_string()).send().unwrap();
+        assert!(r.status().is_success(), "{body}: {}", r.status());
+        if let Some(s) = r.headers().get("mcp-session-id") {
+            session = Some(s.to_str().unwrap().to_string());
+        }
+        // Read whole: a span ends when its answer has been sent.
+        r.text().unwrap()
+    };
+    post(
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}),
+    );
+    post(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    post(
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+        "name":"read_artifact","arguments":{"name":"triage_summary"},"_meta":{"traceparent":parent}}}),
+    );
+    post(
+        json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{
+        "name":"read_artifact","arguments":{"name":"root_cause"}}}),
+    );
+
+    let calls = |s: &[Value]| -> Vec<Value> {
+        s.iter()
+            .filter(|s| s["name"] == "tools/call read_artifact")
+            .cloned()
+            .collect()
+    };
+    let spans = collector.wait_for("the two calls", |s| calls(s).len() == 2);
+    let calls = calls(&spans);
+    let by_id = |id: &str| {
+        calls
+            .iter()
+            .find(|s| string_attr(s, "jsonrpc.request.id") == id)
+            .unwrap_or_else(|| panic!("call {id}: {calls:?}"))
+    };
+    let read = by_id("2");
+    assert_eq!(read["kind"], json!(2), "SERVER: {read}");
+    assert_eq!(
+        read["traceId"], "0af7651916cd43dd8448eb211c80319c",
+        "{read}"
+    );
+    assert_eq!(read["parentSpanId"], "b7ad6b7169203331", "{read}");
+    for (key, want) in [
+        ("mcp.method.name", "tools/call"),
+        ("gen_ai.tool.name", "read_artifact"),
+        ("gen_ai.operation.name", "execute_tool"),
+        ("mcp.protocol.version", "2025-11-25"),
+        ("agentledger.run", run.as_str()),
+    ] {
+        assert_eq!(string_attr(read, key), want, "{key}: {read}");
+    }
+    assert_eq!(
+        string_attr(read, "mcp.session.id"),
+        session.clone().unwrap()
+    );
+    assert_eq!(string_attr(read, "error.type"), "", "{read}");
+    let refused = by_id("3");
+    assert_eq!(
+        string_attr(refused, "error.type"),
+        "tool_error",
+        "{refused}"
+    );
+    assert_ne!(
+        refused["traceId"], read["traceId"],
+        "no traceparent: the chain's trace"
+    );
+    assert!(
+        spans.iter().any(|s| s["name"] == "initialize"),
+        "every request is a span"
+    );
+}

@@ -40,6 +40,10 @@ pub trait RunLedger: Send + Sync + 'static {
 
     /// The tool results given lately, for retries.
     fn answered(&self) -> &Answered;
+
+    /// A tool call of `ctx` was answered, its result an error or not (for
+    /// the transport's telemetry).
+    fn called(&self, _ctx: &RequestContext<RoleServer>, _tool_error: bool) {}
 }
 
 /// A run's tools and resources over MCP, answered by `L`.
@@ -94,6 +98,7 @@ impl<L: RunLedger> ServerHandler for RunTools<L> {
         );
         let answered = self.0.answered();
         if let Some(first) = identity.as_deref().and_then(|k| answered.get(k)) {
+            self.0.called(&ctx, first.is_error == Some(true));
             return Ok(first.into());
         }
         let args = request.arguments.clone().unwrap_or_default();
@@ -107,6 +112,7 @@ impl<L: RunLedger> ServerHandler for RunTools<L> {
         if let Some(k) = identity {
             answered.put(k, &result);
         }
+        self.0.called(&ctx, result.is_error == Some(true));
         Ok(result.into())
     }
 }

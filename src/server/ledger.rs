@@ -11,6 +11,7 @@ use crate::engine::Engine;
 use crate::log::Log;
 use crate::protocol::{Failure, Reply};
 use crate::server::metrics::Metrics;
+use opentelemetry_sdk::trace::SpanData;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -127,6 +128,9 @@ pub struct LedgerHandle {
     /// Set when the thread has ended (stopped, or failed).
     pub ended: Arc<AtomicBool>,
     pub metrics: Arc<Metrics>,
+    /// Spans made outside the ledger thread (one per MCP request), waiting
+    /// for the OTLP exporter; `None` when the server exports none.
+    pub live_spans: Option<Arc<std::sync::Mutex<std::collections::VecDeque<SpanData>>>>,
     /// Counts the handles: the tail watcher holds a sender of its own, so
     /// the channel alone cannot say when every handle is gone.
     pub(super) _alive: Arc<()>,
@@ -185,6 +189,7 @@ pub fn channel(log: Arc<dyn Log>, metrics: Arc<Metrics>) -> (LedgerHandle, Jobs)
         ready: Arc::new(AtomicBool::new(true)),
         ended: Arc::new(AtomicBool::new(false)),
         metrics: metrics.clone(),
+        live_spans: None,
         _alive: Arc::new(()),
     };
     (handle, Jobs { rx, metrics })

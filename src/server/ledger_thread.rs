@@ -52,6 +52,7 @@ pub fn start(
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
 ) -> Result<(LedgerHandle, JoinHandle<Result<Summary, LedgerError>>), LedgerError> {
+    let live_spans = opts.otlp.as_ref().map(|_| Arc::default());
     let (tx, rx) = mpsc::channel::<Job>();
     let wake_tx = tx.clone();
     let handles = Arc::new(());
@@ -126,6 +127,7 @@ pub fn start(
             ready,
             ended,
             metrics,
+            live_spans,
             _alive: handles,
         },
         thread,

@@ -32,6 +32,10 @@ use tower_service::Service as _;
 #[derive(Clone)]
 struct Bound {
     binding: Binding,
+    /// The root of the run's chain (its spans' trace).
+    root: Option<String>,
+    /// Set when a tool call's result was an error (for its span).
+    tool_error: Arc<std::sync::atomic::AtomicBool>,
     caller: Caller,
     /// The server the calls go through (per request, so that no session
     /// keeps the ledger alive past the server's end).
@@ -229,6 +233,8 @@ fn admit(
             who: caller.share().unwrap_or_else(|| "operator".into()),
             session: None,
         },
+        root: found.root.clone(),
+        tool_error: Arc::default(),
         caller: caller.clone(),
         state,
     })
@@ -301,9 +307,9 @@ pub(super) async fn gate(
                         .and_then(|v| v.to_str().ok())
                         .map(str::to_string);
                     let body = if parts.method == axum::http::Method::POST {
-                        screened(body).await
+                        screened(body).await.map(|(b, m)| (b, Some(m)))
                     } else {
-                        Ok(body)
+                        Ok((body, None))
                     };
                     match body {
                         Err(refusal) => refusal,
@@ -320,9 +326,10 @@ pub(super) async fn gate(
                                 "no such session for this caller: initialize a new one".into(),
                             )
                         }
-                        Ok(body) => {
+                        Ok((body, message)) => {
                             let who = bound.binding.who.clone();
                             let fresh = bound.binding.session.is_none();
+                            let seen = message.map(|m| Seen::of(&m, &parts, &bound));
                             let mut service = endpoint.service.clone();
                             let mut request = HttpRequest::from_parts(parts, body);
                             request.extensions_mut().insert(bound);
@@ -330,16 +337,23 @@ pub(super) async fn gate(
                                 Ok(r) => r.map(Body::new),
                                 Err(never) => match never {},
                             };
-                            let began = r
+                            let session = r
                                 .headers()
                                 .get("mcp-session-id")
                                 .and_then(|v| v.to_str().ok())
-                                .filter(|_| fresh)
                                 .map(str::to_string);
-                            if let Some(id) = began {
-                                endpoint.began(&id, &who, s.opts.max_streams).await;
+                            if let Some(id) = session.as_deref().filter(|_| fresh) {
+                                endpoint.began(id, &who, s.opts.max_streams).await;
                             }
-                            r
+                            match (&s.ledger.live_spans, seen) {
+                                (Some(live), Some(seen)) => seen.span_when_answered(
+                                    r,
+                                    live.clone(),
+                                    session,
+                                    s.ledger.metrics.clone(),
+                                ),
+                                _ => r,
+                            }
                         }
                     }
                 }
@@ -372,7 +386,7 @@ fn rpc_error(status: StatusCode, code: i64, message: String) -> Response {
 /// what MCP takes: one JSON-RPC object, never a batch (removed from the
 /// protocol in 2025-06-18). Anything else is answered here, as JSON-RPC
 /// errors do: a parse error, an invalid request, a message too large.
-async fn screened(body: Body) -> Result<Body, Response> {
+async fn screened(body: Body) -> Result<(Body, serde_json::Value), Response> {
     let bytes = axum::body::to_bytes(body, MAX_MESSAGE_BYTES)
         .await
         .map_err(|_| {
@@ -395,7 +409,7 @@ async fn screened(body: Body) -> Result<Body, Response> {
             -32600,
             "invalid request: a batch (JSON array); MCP takes one JSON-RPC message per POST".into(),
         )),
-        Ok(serde_json::Value::Object(_)) => Ok(Body::from(bytes)),
+        Ok(message @ serde_json::Value::Object(_)) => Ok((Body::from(bytes), message)),
         Ok(_) => Err(rpc_error(
             StatusCode::BAD_REQUEST,
             -32600,
@@ -463,5 +477,113 @@ impl RunLedger for HttpLedger {
 
     fn answered(&self) -> &crate::mcp::Answered {
         &self.answered
+    }
+
+    fn called(&self, ctx: &RequestContext<RoleServer>, tool_error: bool) {
+        if let Ok(b) = bound_of(ctx) {
+            b.tool_error
+                .store(tool_error, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+/// What the gate saw of an MCP request, for its span.
+struct Seen {
+    request: crate::trace::mcp::McpRequest,
+    tool_error: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Seen {
+    fn of(message: &serde_json::Value, parts: &axum::http::request::Parts, b: &Bound) -> Seen {
+        let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+        let method = text(&message["method"]);
+        let params = &message["params"];
+        let header = parts
+            .headers
+            .get("mcp-protocol-version")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        Seen {
+            request: crate::trace::mcp::McpRequest {
+                tool: (method.as_deref() == Some("tools/call"))
+                    .then(|| text(&params["name"]))
+                    .flatten(),
+                method,
+                request_id: message.get("id").map(|id| match id {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                }),
+                protocol: header.or_else(|| text(&params["protocolVersion"])),
+                session: b.binding.session.clone(),
+                traceparent: text(&params["_meta"]["traceparent"]),
+                run: b.binding.run.clone(),
+                root: b.root.clone(),
+                tool_error: false,
+                status: 0,
+                start: std::time::SystemTime::now(),
+                end: std::time::SystemTime::now(),
+            },
+            tool_error: b.tool_error.clone(),
+        }
+    }
+
+    /// `answer`, whose body makes the request's span when it has been
+    /// sent (or abandoned): the tool runs while the body streams, so only
+    /// then is its outcome known.
+    fn span_when_answered(
+        self,
+        answer: Response,
+        live: Arc<LiveSpans>,
+        session: Option<String>,
+        metrics: Arc<super::metrics::Metrics>,
+    ) -> Response {
+        use futures_util::StreamExt as _;
+        let (parts, body) = answer.into_parts();
+        let done = Answering {
+            seen: Some(self),
+            live,
+            session,
+            status: parts.status.as_u16(),
+            metrics,
+        };
+        let stream = body.into_data_stream().map(move |chunk| {
+            // Held until the body is gone.
+            let _ = &done;
+            chunk
+        });
+        Response::from_parts(parts, Body::from_stream(stream))
+    }
+}
+
+type LiveSpans = std::sync::Mutex<std::collections::VecDeque<opentelemetry_sdk::trace::SpanData>>;
+
+/// A request answered: its span is queued for the exporter once the
+/// answer's body is gone (the oldest dropped past the queue's bound, as
+/// the exporter's own queue does).
+struct Answering {
+    seen: Option<Seen>,
+    live: Arc<LiveSpans>,
+    session: Option<String>,
+    status: u16,
+    metrics: Arc<super::metrics::Metrics>,
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
+        let Some(seen) = self.seen.take() else { return };
+        let mut r = seen.request;
+        r.end = std::time::SystemTime::now();
+        r.status = self.status;
+        r.session = r.session.take().or(self.session.take());
+        r.tool_error = seen.tool_error.load(std::sync::atomic::Ordering::SeqCst);
+        let span = crate::trace::mcp::server_span(&r, RandomIdGenerator::default().new_span_id());
+        if let Ok(mut q) = self.live.lock() {
+            q.push_back(span);
+            if q.len() > super::otlp::QUEUE_SPANS {
+                q.pop_front();
+                self.metrics.otlp_dropped(1);
+            }
+        }
     }
 }

@@ -3,7 +3,8 @@
 //! where they ended when `serve` started; for every run closed by a record
 //! this instance wrote (so that a fleet exports each run once), it asks
 //! the ledger thread for the run's spans and sends them over OTLP/HTTP.
-//! A collector that is down does not slow the ledger: spans wait in a
+//! The spans the server makes of MCP requests go out the same way. A
+//! collector that is down does not slow the ledger: spans wait in a
 //! bounded queue and are retried; past the bound the oldest are dropped,
 //! counted and said in the log.
 
@@ -91,6 +92,11 @@ pub fn follow(
             let mut failing = false;
             loop {
                 let last = stop.load(Ordering::SeqCst) || handle.ended.load(Ordering::SeqCst);
+                if let Some(live) = &handle.live_spans {
+                    if let Ok(mut live) = live.lock() {
+                        queue.extend(live.drain(..));
+                    }
+                }
                 let mut c = cursor.clone();
                 let runs = closed_since(log.as_ref(), &writer, &mut c);
                 if runs.is_empty() {

@@ -14,6 +14,7 @@
 //! as OTLP/JSON (the `opentelemetry-proto` types) and exports them live
 //! over OTLP/HTTP (`opentelemetry-otlp`).
 
+pub mod mcp;
 pub mod otlp;
 
 use crate::context::ContextEvent;
