@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use reqwest::blocking::Response;
 use reqwest::Method;
 use serde_json::{json, Value};
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 
 /// The HTTP headers that carry an MCP session across requests.
 const SESSION: &str = "mcp-session-id";
@@ -34,13 +34,17 @@ pub(super) fn relay(server: &Server, run: &str) -> Result<i32> {
     admitted(server, &path)?;
     tracing::info!(endpoint = %format!("{}{path}", server.url()), "relaying MCP from stdin/stdout");
     let mut carried = Carried::default();
-    let stdin = std::io::stdin();
-    for line in stdin.lock().lines() {
-        let line = line.context("reading stdin")?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        for answer in exchange(server, &path, &line, &mut carried) {
+    let mut stdin = std::io::stdin().lock();
+    while let Some(line) = next_message(&mut stdin)? {
+        let answers = match line {
+            Message::Line(line) if line.trim().is_empty() => continue,
+            Message::Line(line) => exchange(server, &path, &line, &mut carried),
+            Message::TooLong => vec![json!({"jsonrpc": "2.0", "id": null, "error": {
+                "code": -32600,
+                "message": format!("invalid request: a message longer than {MAX_MESSAGE_BYTES} bytes (not sent)")}})
+            .to_string()],
+        };
+        for answer in answers {
             let mut out = std::io::stdout().lock();
             // A client that went away ends the relay.
             if writeln!(out, "{answer}").and_then(|_| out.flush()).is_err() {
@@ -56,6 +60,57 @@ pub(super) fn relay(server: &Server, run: &str) -> Result<i32> {
             .send();
     }
     Ok(0)
+}
+
+/// The most one message read on stdin may be: what the endpoint takes.
+const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// One message read on stdin.
+enum Message {
+    Line(String),
+    /// Longer than [`MAX_MESSAGE_BYTES`]: read past, never held whole.
+    TooLong,
+}
+
+/// The next line on `input` (without its end), `None` at its end. A line
+/// longer than the endpoint takes is skipped without being held in
+/// memory; one that is not UTF-8 is a read error.
+fn next_message(input: &mut impl BufRead) -> Result<Option<Message>> {
+    let mut line = Vec::new();
+    let read = input
+        .by_ref()
+        .take(MAX_MESSAGE_BYTES as u64 + 1)
+        .read_until(b'\n', &mut line)
+        .context("reading stdin")?;
+    if read == 0 {
+        return Ok(None);
+    }
+    if line.last() != Some(&b'\n') && line.len() > MAX_MESSAGE_BYTES {
+        // Skip the rest of it, a buffer at a time.
+        loop {
+            let buf = input.fill_buf().context("reading stdin")?;
+            if buf.is_empty() {
+                break;
+            }
+            match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => {
+                    input.consume(i + 1);
+                    break;
+                }
+                None => {
+                    let n = buf.len();
+                    input.consume(n);
+                }
+            }
+        }
+        return Ok(Some(Message::TooLong));
+    }
+    while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        line.pop();
+    }
+    String::from_utf8(line)
+        .map(|l| Some(Message::Line(l)))
+        .context("reading stdin: a message is not UTF-8")
 }
 
 /// Whether the server lets this token use the run's endpoint: asked
@@ -206,5 +261,37 @@ fn answered(r: Response, carried: &mut Carried) -> Result<Vec<Value>> {
             v["error"]["message"].as_str().unwrap_or(body.trim())
         ),
         Err(_) => bail!("HTTP {status}: {}", body.trim()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_past_the_limit_is_skipped_and_the_next_one_read() {
+        let mut input = Vec::new();
+        input.extend(std::iter::repeat_n(b'x', MAX_MESSAGE_BYTES + 10));
+        input.extend(b"\n{\"id\":1}\r\n\n");
+        let mut r = std::io::BufReader::new(&input[..]);
+        assert!(matches!(
+            next_message(&mut r).unwrap(),
+            Some(Message::TooLong)
+        ));
+        assert!(
+            matches!(next_message(&mut r).unwrap(), Some(Message::Line(l)) if l == "{\"id\":1}")
+        );
+        assert!(matches!(next_message(&mut r).unwrap(), Some(Message::Line(l)) if l.is_empty()));
+        assert!(next_message(&mut r).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_message_exactly_at_the_limit_is_read() {
+        let mut input = vec![b'y'; MAX_MESSAGE_BYTES];
+        input.push(b'\n');
+        let mut r = std::io::BufReader::new(&input[..]);
+        assert!(
+            matches!(next_message(&mut r).unwrap(), Some(Message::Line(l)) if l.len() == MAX_MESSAGE_BYTES)
+        );
     }
 }
