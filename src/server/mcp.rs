@@ -329,7 +329,10 @@ pub(super) async fn gate(
                         Ok((body, message)) => {
                             let who = bound.binding.who.clone();
                             let fresh = bound.binding.session.is_none();
-                            let seen = message.map(|m| Seen::of(&m, &parts, &bound));
+                            // Only a server that exports spans keeps what they need.
+                            let seen = message
+                                .filter(|_| s.ledger.live_spans.is_some())
+                                .map(|m| Seen::of(&m, &parts, &bound));
                             let mut service = endpoint.service.clone();
                             let mut request = HttpRequest::from_parts(parts, body);
                             request.extensions_mut().insert(bound);
