@@ -8,13 +8,18 @@
 //! [`LedgerEvent`] and `body_digest` its sha256. Version 2 ([`Envelope`])
 //! adds the principal that caused the record; version 1 ([`EnvelopeV1`],
 //! written before callers had identities) still reads, as the operator's.
+//! Version 3 ([`EnvelopeV3`]) adds the span of the request that caused the
+//! record (an MCP tool call whose span the server exported live), and is
+//! written only for such records: every other record stays version 2, so
+//! a build that reads version 2 reads all of them.
 
 use crate::model::LedgerEvent;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// The version this build writes.
-pub const SCHEMA_VERSION: u16 = 2;
+/// The newest version this build writes (version 2 where a record has no
+/// span, see the module comment).
+pub const SCHEMA_VERSION: u16 = 3;
 
 /// Who caused a version 1 record: before identities, whoever ran the
 /// binary on the data dir.
@@ -55,7 +60,8 @@ pub struct EnvelopeV1 {
     pub body: Vec<u8>,
 }
 
-/// Envelope metadata of one record, as version 2 writes it.
+/// Envelope metadata of one record, as version 2 writes it (and, with
+/// its span, version 3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Envelope {
     pub event_id: String,
@@ -67,6 +73,56 @@ pub struct Envelope {
     pub principal: String,
     pub body_digest: [u8; 32],
     pub body: Vec<u8>,
+    /// The span of the request that caused the record (version 3 only;
+    /// not part of version 2's layout).
+    #[serde(skip)]
+    pub span: Option<SpanRef>,
+}
+
+/// A W3C trace context's ids: the trace, and the span in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SpanRef {
+    pub trace_id: [u8; 16],
+    pub span_id: [u8; 8],
+}
+
+/// Envelope of a version 3 record: version 2's with the span of the
+/// request that caused it, before the body digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvelopeV3 {
+    pub event_id: String,
+    pub chain_key: String,
+    pub time_ms: u64,
+    pub writer: String,
+    pub step: u32,
+    pub principal: String,
+    pub span: SpanRef,
+    pub body_digest: [u8; 32],
+    pub body: Vec<u8>,
+}
+
+impl From<EnvelopeV3> for Envelope {
+    fn from(v: EnvelopeV3) -> Self {
+        Envelope {
+            event_id: v.event_id,
+            chain_key: v.chain_key,
+            time_ms: v.time_ms,
+            writer: v.writer,
+            step: v.step,
+            principal: v.principal,
+            body_digest: v.body_digest,
+            body: v.body,
+            span: Some(v.span),
+        }
+    }
+}
+
+/// Who caused a record: the principal, and the span of its request when
+/// the record is to name one.
+#[derive(Debug, Clone, Copy)]
+pub struct Cause<'a> {
+    pub principal: &'a str,
+    pub span: Option<SpanRef>,
 }
 
 impl From<EnvelopeV1> for Envelope {
@@ -80,6 +136,7 @@ impl From<EnvelopeV1> for Envelope {
             principal: V1_PRINCIPAL.to_string(),
             body_digest: v.body_digest,
             body: v.body,
+            span: None,
         }
     }
 }
@@ -93,6 +150,8 @@ pub struct Record {
     pub writer: String,
     pub step: u32,
     pub principal: String,
+    /// The span of the request that caused it (version 3 records).
+    pub span: Option<SpanRef>,
     pub body_digest: [u8; 32],
     pub event: LedgerEvent,
 }
@@ -167,11 +226,15 @@ pub fn encode(
         time_ms,
         writer,
         step,
-        V1_PRINCIPAL,
+        Cause {
+            principal: V1_PRINCIPAL,
+            span: None,
+        },
     )
 }
 
-/// Encode a full record caused by `principal`.
+/// Encode a full record caused by `by`: version 3 when it names a span,
+/// else version 2.
 pub fn encode_by(
     event: &LedgerEvent,
     event_id: &str,
@@ -179,7 +242,7 @@ pub fn encode_by(
     time_ms: u64,
     writer: &str,
     step: u32,
-    principal: &str,
+    by: Cause<'_>,
 ) -> Result<Vec<u8>, CodecError> {
     let body = encode_body(event)?;
     let env = Envelope {
@@ -188,13 +251,34 @@ pub fn encode_by(
         time_ms,
         writer: writer.to_string(),
         step,
-        principal: principal.to_string(),
+        principal: by.principal.to_string(),
         body_digest: sha256(&body),
         body,
+        span: None,
     };
-    let mut out = SCHEMA_VERSION.to_le_bytes().to_vec();
-    bincode::serde::encode_into_std_write(&env, &mut out, config())
-        .map_err(|e| CodecError::BadEnvelope(e.to_string()))?;
+    let bad = |e: bincode::error::EncodeError| CodecError::BadEnvelope(e.to_string());
+    let mut out;
+    match by.span {
+        None => {
+            out = 2u16.to_le_bytes().to_vec();
+            bincode::serde::encode_into_std_write(&env, &mut out, config()).map_err(bad)?;
+        }
+        Some(span) => {
+            let v3 = EnvelopeV3 {
+                event_id: env.event_id,
+                chain_key: env.chain_key,
+                time_ms,
+                writer: env.writer,
+                step,
+                principal: env.principal,
+                span,
+                body_digest: env.body_digest,
+                body: env.body,
+            };
+            out = 3u16.to_le_bytes().to_vec();
+            bincode::serde::encode_into_std_write(&v3, &mut out, config()).map_err(bad)?;
+        }
+    }
     if out.len() > MAX_RECORD_BYTES {
         return Err(CodecError::TooLarge(out.len()));
     }
@@ -207,7 +291,7 @@ fn version_of(bytes: &[u8]) -> Result<u16, CodecError> {
         return Err(CodecError::TooShort(bytes.len()));
     }
     match u16::from_le_bytes([bytes[0], bytes[1]]) {
-        v @ (1 | 2) => Ok(v),
+        v @ 1..=3 => Ok(v),
         found => Err(CodecError::UnknownSchemaVersion { found }),
     }
 }
@@ -221,7 +305,12 @@ pub fn decode_envelope(bytes: &[u8]) -> Result<Envelope, CodecError> {
                 bincode::serde::decode_from_slice(&bytes[2..], record_config()).map_err(bad)?;
             (v1.into(), used)
         }
-        _ => bincode::serde::decode_from_slice(&bytes[2..], record_config()).map_err(bad)?,
+        2 => bincode::serde::decode_from_slice(&bytes[2..], record_config()).map_err(bad)?,
+        _ => {
+            let (v3, used): (EnvelopeV3, usize) =
+                bincode::serde::decode_from_slice(&bytes[2..], record_config()).map_err(bad)?;
+            (v3.into(), used)
+        }
     };
     if used != bytes.len() - 2 {
         return Err(CodecError::BadEnvelope(format!(
@@ -263,6 +352,25 @@ struct EnvelopeRefV2<'a> {
     _step: u32,
     #[serde(borrow)]
     _principal: &'a str,
+    body_digest: [u8; 32],
+    #[serde(borrow, with = "serde_bytes_ref")]
+    body: &'a [u8],
+}
+
+#[cfg(test)]
+#[derive(Deserialize)]
+struct EnvelopeRefV3<'a> {
+    #[serde(borrow)]
+    _event_id: &'a str,
+    #[serde(borrow)]
+    _chain_key: &'a str,
+    _time_ms: u64,
+    #[serde(borrow)]
+    _writer: &'a str,
+    _step: u32,
+    #[serde(borrow)]
+    _principal: &'a str,
+    _span: SpanRef,
     body_digest: [u8; 32],
     #[serde(borrow, with = "serde_bytes_ref")]
     body: &'a [u8],
@@ -337,6 +445,13 @@ fn envelope_body(bytes: &[u8], version: u16) -> Result<([u8; 32], &[u8]), CodecE
     if version >= 2 {
         skip_bytes(&mut at, "principal")?;
     }
+    if version >= 3 {
+        // The span: 16 + 8 bytes as they are.
+        if bytes.len() - at < 24 {
+            return Err(bad("span"));
+        }
+        at += 24;
+    }
     let digest: [u8; 32] = bytes
         .get(at..at + 32)
         .and_then(|d| d.try_into().ok())
@@ -371,6 +486,7 @@ pub fn decode_for_projection(bytes: &[u8]) -> Result<Record, CodecError> {
         writer: env.writer,
         step: env.step,
         principal: env.principal,
+        span: env.span,
         body_digest: env.body_digest,
         event,
     })
@@ -852,6 +968,21 @@ mod tests {
             let (d, used): (EnvelopeRefV2<'_>, usize) =
                 bincode::serde::borrow_decode_from_slice(&bytes, config()).unwrap();
             walk_agrees(&bytes, 2, (d.body_digest, d.body, used))?;
+            let v3 = EnvelopeV3 {
+                event_id: v2.event_id,
+                chain_key: v2.chain_key,
+                time_ms,
+                writer: v2.writer,
+                step,
+                principal: v2.principal,
+                span: SpanRef { trace_id: [0xfd; 16], span_id: [0xfb; 8] },
+                body_digest: v2.body_digest,
+                body: v2.body,
+            };
+            let bytes = bincode::serde::encode_to_vec(&v3, config()).unwrap();
+            let (d, used): (EnvelopeRefV3<'_>, usize) =
+                bincode::serde::borrow_decode_from_slice(&bytes, config()).unwrap();
+            walk_agrees(&bytes, 3, (d.body_digest, d.body, used))?;
         }
 
         #[test]
@@ -860,6 +991,7 @@ mod tests {
         ) {
             let _ = envelope_body(&bytes, 1);
             let _ = envelope_body(&bytes, 2);
+            let _ = envelope_body(&bytes, 3);
             let _ = check_digest(&bytes);
         }
     }
@@ -883,13 +1015,61 @@ mod tests {
             1_700_000_000_000,
             "w1",
             0,
-            "agent:hotel",
+            Cause {
+                principal: "agent:hotel",
+                span: None,
+            },
         )
         .unwrap();
         assert_eq!(hex::encode(&bytes), GOLDEN_RUN_OPENED_V2);
         let rec = decode(&bytes).unwrap();
         assert_eq!(rec.event, sample());
         assert_eq!(rec.principal, "agent:hotel");
+        assert_eq!(rec.span, None);
+    }
+
+    fn sample_span() -> SpanRef {
+        SpanRef {
+            trace_id: hex::decode("0af7651916cd43dd8448eb211c80319c")
+                .unwrap()
+                .try_into()
+                .unwrap(),
+            span_id: hex::decode("b7ad6b7169203331").unwrap().try_into().unwrap(),
+        }
+    }
+
+    /// A record that names its request's span is version 3: version 2's
+    /// fields, then the span's 24 bytes as they are, then the body.
+    #[test]
+    fn golden_bytes_run_opened_in_a_span() {
+        let bytes = encode_by(
+            &sample(),
+            "ev-1",
+            "r1",
+            1_700_000_000_000,
+            "w1",
+            0,
+            Cause {
+                principal: "agent:hotel",
+                span: Some(sample_span()),
+            },
+        )
+        .unwrap();
+        assert_eq!(hex::encode(&bytes), GOLDEN_RUN_OPENED_V3);
+        let rec = decode(&bytes).unwrap();
+        assert_eq!(rec.event, sample());
+        assert_eq!(rec.principal, "agent:hotel");
+        assert_eq!(rec.span, Some(sample_span()));
+        assert_eq!(decode_envelope(&bytes).unwrap().span, Some(sample_span()));
+        // The same record without the span is the version 2 record.
+        let v2 = decode(&hex::decode(GOLDEN_RUN_OPENED_V2).unwrap()).unwrap();
+        assert_eq!(
+            Record {
+                span: rec.span,
+                ..v2
+            },
+            rec
+        );
     }
 
     /// Records written before identities (version 1) still read, as the
@@ -899,6 +1079,7 @@ mod tests {
         for (hex, principal) in [
             (GOLDEN_RUN_OPENED, "operator"),
             (GOLDEN_RUN_OPENED_V2, "agent:hotel"),
+            (GOLDEN_RUN_OPENED_V3, "agent:hotel"),
         ] {
             let bytes = hex::decode(hex).unwrap();
             let rec = decode(&bytes).unwrap();
@@ -951,8 +1132,17 @@ mod tests {
     /// value or an error, never a panic (`tests/decoders.rs` goes further).
     #[test]
     fn garbage_past_the_version_check_never_panics() {
-        for (_, ev) in every_variant() {
-            let good = encode(&ev, "ev-1", "r1", 1, "w", 3).unwrap();
+        let records = every_variant().into_iter().flat_map(|(_, ev)| {
+            let spanned = Cause {
+                principal: "agent:a",
+                span: Some(sample_span()),
+            };
+            [
+                encode(&ev, "ev-1", "r1", 1, "w", 3).unwrap(),
+                encode_by(&ev, "ev-1", "r1", 1, "w", 3, spanned).unwrap(),
+            ]
+        });
+        for good in records {
             for i in 0..good.len() {
                 for flip in [0x01u8, 0x80, 0xff] {
                     let mut bad = good.clone();
@@ -974,6 +1164,9 @@ mod tests {
     }
 
     const GOLDEN_RUN_OPENED_V2: &str = "02000465762d31027231fd0068e5cf8b010000027731000b6167656e743a686f74656c842bc48d019ad99dcf38ef59c9555de0452a4d7478f1a3214c15b4bed1d72e09390102723109646576656c6f706572010d61636d652f706c6174666f726d01027231010000000112617265613a61636d652f706c6174666f726d";
+
+    /// Version 2's record with the span 0af76519…/b7ad6b71… after the principal.
+    const GOLDEN_RUN_OPENED_V3: &str = "03000465762d31027231fd0068e5cf8b010000027731000b6167656e743a686f74656c0af7651916cd43dd8448eb211c80319cb7ad6b7169203331842bc48d019ad99dcf38ef59c9555de0452a4d7478f1a3214c15b4bed1d72e09390102723109646576656c6f706572010d61636d652f706c6174666f726d01027231010000000112617265613a61636d652f706c6174666f726d";
 
     /// A version 1 record, as the first release wrote it.
     const GOLDEN_RUN_OPENED: &str = "01000465762d31027231fd0068e5cf8b01000002773100842bc48d019ad99dcf38ef59c9555de0452a4d7478f1a3214c15b4bed1d72e09390102723109646576656c6f706572010d61636d652f706c6174666f726d01027231010000000112617265613a61636d652f706c6174666f726d";

@@ -99,6 +99,7 @@ fn a_group_that_lost_a_race(
     let lines = ops.iter().map(|v| {
         (
             &operator,
+            None,
             Ok::<Value, _>(v.clone()) as agentledger::protocol::Line,
         )
     });

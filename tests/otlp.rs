@@ -465,4 +465,50 @@ fn mcp_requests_are_server_spans_under_the_callers_trace() {
         spans.iter().any(|s| s["name"] == "initialize"),
         "every request is a span"
     );
+
+    // The chain's own spans of the same two reads link to those live spans
+    // (built from the records, which name the span of the call that made
+    // them), and the trail says each record's traceparent.
+    let get = |path: &str| -> Value {
+        server::http(&url)
+            .get(format!("{url}{path}"))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    let trace = get(&format!("/v1/runs/{run}/trace?chain=false"));
+    let tools: Vec<Value> = spans_of(&trace)
+        .into_iter()
+        .filter(|s| s["name"] == "execute_tool read_artifact")
+        .collect();
+    assert_eq!(tools.len(), 2, "{trace}");
+    for (tool, live) in tools.iter().zip([read, refused]) {
+        let links = tool["links"].as_array().unwrap_or_else(|| panic!("{tool}"));
+        assert_eq!(links.len(), 1, "{tool}");
+        assert_eq!(links[0]["traceId"], live["traceId"], "{tool}");
+        assert_eq!(links[0]["spanId"], live["spanId"], "{tool}");
+        assert_ne!(tool["spanId"], live["spanId"], "two spans, one call");
+    }
+    // One JSON line per step.
+    let trail = server::http(&url)
+        .get(format!("{url}/v1/runs/{run}/trail?format=json"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let parents: Vec<String> = trail
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter_map(|s| s["traceparent"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(
+        parents,
+        [read, refused].map(|live| format!(
+            "00-{}-{}-01",
+            live["traceId"].as_str().unwrap(),
+            live["spanId"].as_str().unwrap()
+        )),
+        "{trail}"
+    );
 }

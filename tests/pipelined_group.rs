@@ -149,7 +149,7 @@ fn group(engine: &mut Engine, ops: &[Value]) -> Vec<String> {
     let operator = Grant::operator();
     let lines = ops
         .iter()
-        .map(|v| (&operator, Ok::<Value, _>(v.clone()) as Line));
+        .map(|v| (&operator, None, Ok::<Value, _>(v.clone()) as Line));
     let done = reply_group(engine, lines, None::<fn(&mut Engine)>);
     done.durable.unwrap();
     done.answered

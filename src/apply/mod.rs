@@ -156,7 +156,7 @@ pub fn apply_stream_as(
     max_line: usize,
 ) -> std::io::Result<ApplySummary> {
     apply_stream_with(input, output, max_line, MAX_GROUP_LINES, |lines| {
-        let lines = lines.into_iter().map(|l| (grant, l));
+        let lines = lines.into_iter().map(|l| (grant, None, l));
         let group = protocol::reply_group(engine, lines, None::<fn(&mut Engine)>);
         Ok(group
             .answered

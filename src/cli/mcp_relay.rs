@@ -43,6 +43,10 @@ pub(super) fn relay(server: &Server, run: &str) -> Result<i32> {
                 "code": -32600,
                 "message": format!("invalid request: a message longer than {MAX_MESSAGE_BYTES} bytes (not sent)")}})
             .to_string()],
+            Message::NotUtf8(at) => vec![json!({"jsonrpc": "2.0", "id": null, "error": {
+                "code": -32700,
+                "message": format!("parse error: the message is not UTF-8 (byte {at}); JSON-RPC messages are UTF-8 JSON (not sent)")}})
+            .to_string()],
         };
         for answer in answers {
             let mut out = std::io::stdout().lock();
@@ -70,11 +74,13 @@ enum Message {
     Line(String),
     /// Longer than [`MAX_MESSAGE_BYTES`]: read past, never held whole.
     TooLong,
+    /// Not UTF-8 (the offset of its first bad byte): JSON it cannot be.
+    NotUtf8(usize),
 }
 
 /// The next line on `input` (without its end), `None` at its end. A line
 /// longer than the endpoint takes is skipped without being held in
-/// memory; one that is not UTF-8 is a read error.
+/// memory; one that is not UTF-8 is said to be, and the next one read.
 fn next_message(input: &mut impl BufRead) -> Result<Option<Message>> {
     let mut line = Vec::new();
     let read = input
@@ -108,9 +114,10 @@ fn next_message(input: &mut impl BufRead) -> Result<Option<Message>> {
     while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
         line.pop();
     }
-    String::from_utf8(line)
-        .map(|l| Some(Message::Line(l)))
-        .context("reading stdin: a message is not UTF-8")
+    Ok(Some(match String::from_utf8(line) {
+        Ok(l) => Message::Line(l),
+        Err(e) => Message::NotUtf8(e.utf8_error().valid_up_to()),
+    }))
 }
 
 /// Whether the server lets this token use the run's endpoint: asked
@@ -282,6 +289,20 @@ mod tests {
             matches!(next_message(&mut r).unwrap(), Some(Message::Line(l)) if l == "{\"id\":1}")
         );
         assert!(matches!(next_message(&mut r).unwrap(), Some(Message::Line(l)) if l.is_empty()));
+        assert!(next_message(&mut r).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_message_that_is_not_utf8_is_said_to_be_and_the_next_one_read() {
+        let input = b"{\"id\":\xff1}\n{\"id\":2}\n";
+        let mut r = std::io::BufReader::new(&input[..]);
+        assert!(matches!(
+            next_message(&mut r).unwrap(),
+            Some(Message::NotUtf8(6))
+        ));
+        assert!(
+            matches!(next_message(&mut r).unwrap(), Some(Message::Line(l)) if l == "{\"id\":2}")
+        );
         assert!(next_message(&mut r).unwrap().is_none());
     }
 

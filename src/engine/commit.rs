@@ -55,7 +55,10 @@ impl Engine {
                 now,
                 &self.opts.writer,
                 p.step,
-                &self.principal,
+                codec::Cause {
+                    principal: &self.principal,
+                    span: self.span,
+                },
             )
                 .map_err(|e| match e {
                     codec::CodecError::TooLarge(size) => LedgerError::from(Refusal::new(Code::TooLarge,

@@ -73,6 +73,9 @@ pub struct Engine {
     /// Whose requests the engine is carrying out: recorded on every record
     /// it writes (`operator` unless told otherwise).
     principal: String,
+    /// The span of the request being carried out, when its records are to
+    /// name it (see [`Engine::within_span`]).
+    span: Option<crate::codec::SpanRef>,
     /// Runs this engine has closed: a serve loop dispatches at once when
     /// it grows, instead of at its next poll.
     closed: u64,
@@ -169,6 +172,7 @@ impl Engine {
             grouping: false,
             pipeline: None,
             principal: crate::codec::V1_PRINCIPAL.to_string(),
+            span: None,
             data: None,
             rebuild: Default::default(),
             refusals: Default::default(),
@@ -226,6 +230,13 @@ impl Engine {
     /// they write names it.
     pub fn act_as(&mut self, principal: &crate::auth::Principal) {
         self.principal = principal.to_string();
+    }
+
+    /// Carry out the following operations within `span` (the span a
+    /// server exported for their request): every record they write names
+    /// it, so a chain's trace can link to it. `None` ends it.
+    pub fn within_span(&mut self, span: Option<crate::codec::SpanRef>) {
+        self.span = span;
     }
 
     /// Whose requests the engine is carrying out.

@@ -69,6 +69,7 @@ pub fn collect_trail(
                 event_id: rec.event_id,
                 writer: rec.writer,
                 principal: rec.principal,
+                span: rec.span,
                 event: rec.event,
             },
         ));

@@ -4,6 +4,7 @@
 //! way, so an operation's answer never depends on how it arrived.
 
 use crate::auth::Grant;
+use crate::codec::SpanRef;
 use crate::codes::Code;
 use crate::engine::Engine;
 use crate::error::LedgerError;
@@ -38,19 +39,20 @@ pub struct Group<T> {
 }
 
 /// Decide `lines`, each a request made by the grant beside it (callers
-/// of one group may differ), in order as one commit group, then run `then`
+/// of one group may differ) within the span beside it, if any (its
+/// records name it: see [`Engine::within_span`]), in order as one commit group, then run `then`
 /// inside the same group (the serve loop's dispatch sweep) unless an
 /// operation found the log failing. After a machine failure the remaining
 /// lines are not applied and say why.
 pub fn reply_group<'g, T>(
     engine: &mut Engine,
-    lines: impl IntoIterator<Item = (&'g Grant, Line)>,
+    lines: impl IntoIterator<Item = (&'g Grant, Option<SpanRef>, Line)>,
     then: Option<impl FnOnce(&mut Engine) -> T>,
 ) -> Group<T> {
     let mut stopped: Option<String> = None;
     let mut answered = Vec::new();
     engine.begin_group();
-    for (i, (grant, line)) in lines.into_iter().enumerate() {
+    for (i, (grant, span, line)) in lines.into_iter().enumerate() {
         engine.group_op(Some(i));
         let a = match (line, &stopped) {
             (_, Some(why)) => Answered {
@@ -68,7 +70,9 @@ pub fn reply_group<'g, T>(
             },
             (Ok(v), None) => {
                 let op = v["op"].as_str().map(str::to_string);
+                engine.within_span(span);
                 let (reply, machine) = reply_as(engine, grant, &v);
+                engine.within_span(None);
                 if let (true, Reply::Failed(f)) = (machine, &reply) {
                     stopped = Some(f.error.message.clone());
                 }

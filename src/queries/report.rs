@@ -454,7 +454,7 @@ pub fn step_json_with(
             }
         }
     }
-    json!({
+    let mut step = json!({
         "run": run,
         "step": s.step,
         "kind": s.event.kind(),
@@ -465,7 +465,16 @@ pub fn step_json_with(
         "writer": s.writer,
         "by": s.principal,
         "detail": detail,
-    })
+    });
+    // The request's span (an MCP tool call), as W3C trace context writes it.
+    if let Some(span) = &s.span {
+        step["traceparent"] = json!(format!(
+            "00-{}-{}-01",
+            hex::encode(span.trace_id),
+            hex::encode(span.span_id)
+        ));
+    }
+    step
 }
 
 /// A point in history for `--as-of`: a ledger offset or a time.

@@ -104,6 +104,8 @@ pub type OpsAnswer = Result<Vec<Reply>, Failure>;
 pub(super) enum Job {
     Ops {
         caller: Caller,
+        /// The span the request's records name, if any.
+        span: Option<crate::codec::SpanRef>,
         lines: Vec<Line>,
         reply: oneshot::Sender<OpsAnswer>,
     },
@@ -139,10 +141,22 @@ pub struct LedgerHandle {
 impl LedgerHandle {
     /// Answer request lines from `caller` in order, as `apply` would.
     pub async fn ops(&self, caller: Caller, lines: Vec<Line>) -> Result<OpsAnswer, Gone> {
+        self.ops_within(caller, None, lines).await
+    }
+
+    /// [`LedgerHandle::ops`] for a request whose span the server exports:
+    /// the records its lines write name `span`.
+    pub async fn ops_within(
+        &self,
+        caller: Caller,
+        span: Option<crate::codec::SpanRef>,
+        lines: Vec<Line>,
+    ) -> Result<OpsAnswer, Gone> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Job::Ops {
                 caller,
+                span,
                 lines,
                 reply,
             })

@@ -353,20 +353,22 @@ pub(crate) fn run_jobs(
         Some(Job::Call(f)) => after = Some(f),
         Some(Job::Ops {
             caller,
+            span,
             lines: l,
             reply,
         }) => {
             lines += l.len();
-            group.push((caller, l, reply));
+            group.push((caller, span, l, reply));
             while lines < MAX_GROUP_LINES {
                 match rx.try_recv() {
                     Ok(Job::Ops {
                         caller,
+                        span,
                         lines: l,
                         reply,
                     }) => {
                         lines += l.len();
-                        group.push((caller, l, reply));
+                        group.push((caller, span, l, reply));
                     }
                     Ok(Job::Call(f)) => {
                         after = Some(f);
@@ -390,7 +392,12 @@ pub(crate) fn run_jobs(
     Ok(swept)
 }
 
-pub(crate) type OpsJob = (Caller, Vec<Line>, oneshot::Sender<OpsAnswer>);
+pub(crate) type OpsJob = (
+    Caller,
+    Option<crate::codec::SpanRef>,
+    Vec<Line>,
+    oneshot::Sender<OpsAnswer>,
+);
 
 pub(crate) fn run_group(
     engine: &mut Engine,
@@ -403,13 +410,13 @@ pub(crate) fn run_group(
     let mut senders = Vec::with_capacity(group.len());
     let mut grants = Vec::with_capacity(group.len());
     let mut lines = Vec::new();
-    for (caller, l, reply) in group {
+    for (caller, span, l, reply) in group {
         // A caller that is not authenticated is answered at once, and
         // nothing of its request is decided or recorded.
         match grant_of(engine, &caller) {
             Ok(grant) => {
                 senders.push((l.len(), reply));
-                lines.extend(l.into_iter().map(|line| (grants.len(), line)));
+                lines.extend(l.into_iter().map(|line| (grants.len(), span, line)));
                 grants.push(grant);
             }
             Err(f) => {
@@ -417,7 +424,9 @@ pub(crate) fn run_group(
             }
         }
     }
-    let lines = lines.into_iter().map(|(i, line)| (&grants[i], line));
+    let lines = lines
+        .into_iter()
+        .map(|(i, span, line)| (&grants[i], span, line));
     let done = protocol::reply_group(engine, lines, sweep);
     let took = started.elapsed();
     let mut answered = done.answered.into_iter();

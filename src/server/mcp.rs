@@ -27,6 +27,9 @@ use serde_json::json;
 use std::sync::Arc;
 use tower_service::Service as _;
 
+mod span;
+use span::Seen;
+
 /// Who asks, about which run: found by the gate before the MCP service
 /// sees the request, and handed to the tools in the request's extensions.
 #[derive(Clone)]
@@ -36,6 +39,9 @@ struct Bound {
     root: Option<String>,
     /// Set when a tool call's result was an error (for its span).
     tool_error: Arc<std::sync::atomic::AtomicBool>,
+    /// The span exported for a tool call, which the records it writes
+    /// name (`None` when the server exports no spans).
+    span: Option<crate::codec::SpanRef>,
     caller: Caller,
     /// The server the calls go through (per request, so that no session
     /// keeps the ledger alive past the server's end).
@@ -235,6 +241,7 @@ fn admit(
         },
         root: found.root.clone(),
         tool_error: Arc::default(),
+        span: None,
         caller: caller.clone(),
         state,
     })
@@ -333,6 +340,11 @@ pub(super) async fn gate(
                             let seen = message
                                 .filter(|_| s.ledger.live_spans.is_some())
                                 .map(|m| Seen::of(&m, &parts, &bound));
+                            // A tool call's records name its span.
+                            bound.span = seen
+                                .as_ref()
+                                .filter(|s| s.request.method.as_deref() == Some("tools/call"))
+                                .map(Seen::span_ref);
                             let mut service = endpoint.service.clone();
                             let mut request = HttpRequest::from_parts(parts, body);
                             request.extensions_mut().insert(bound);
@@ -441,7 +453,10 @@ impl RunLedger for HttpLedger {
             Err(e) => return Reply::Failed(Failure::new(Code::IoError, e.message.to_string())),
         };
         let s = &b.state;
-        match s.in_time(s.ledger.ops(b.caller, vec![Ok(op)])).await {
+        match s
+            .in_time(s.ledger.ops_within(b.caller, b.span, vec![Ok(op)]))
+            .await
+        {
             Ok(Ok(Ok(mut replies))) if !replies.is_empty() => replies.swap_remove(0),
             Ok(Ok(Err(f))) => Reply::Failed(f),
             Ok(Ok(Ok(_))) | Ok(Err(Gone)) => {
@@ -486,107 +501,6 @@ impl RunLedger for HttpLedger {
         if let Ok(b) = bound_of(ctx) {
             b.tool_error
                 .store(tool_error, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-}
-
-/// What the gate saw of an MCP request, for its span.
-struct Seen {
-    request: crate::trace::mcp::McpRequest,
-    tool_error: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Seen {
-    fn of(message: &serde_json::Value, parts: &axum::http::request::Parts, b: &Bound) -> Seen {
-        let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
-        let method = text(&message["method"]);
-        let params = &message["params"];
-        let header = parts
-            .headers
-            .get("mcp-protocol-version")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        Seen {
-            request: crate::trace::mcp::McpRequest {
-                tool: (method.as_deref() == Some("tools/call"))
-                    .then(|| text(&params["name"]))
-                    .flatten(),
-                method,
-                request_id: message.get("id").map(|id| match id {
-                    serde_json::Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                }),
-                protocol: header.or_else(|| text(&params["protocolVersion"])),
-                session: b.binding.session.clone(),
-                traceparent: text(&params["_meta"]["traceparent"]),
-                run: b.binding.run.clone(),
-                root: b.root.clone(),
-                tool_error: false,
-                status: 0,
-                start: std::time::SystemTime::now(),
-                end: std::time::SystemTime::now(),
-            },
-            tool_error: b.tool_error.clone(),
-        }
-    }
-
-    /// `answer`, whose body makes the request's span when it has been
-    /// sent (or abandoned): the tool runs while the body streams, so only
-    /// then is its outcome known.
-    fn span_when_answered(
-        self,
-        answer: Response,
-        live: Arc<LiveSpans>,
-        session: Option<String>,
-        metrics: Arc<super::metrics::Metrics>,
-    ) -> Response {
-        use futures_util::StreamExt as _;
-        let (parts, body) = answer.into_parts();
-        let done = Answering {
-            seen: Some(self),
-            live,
-            session,
-            status: parts.status.as_u16(),
-            metrics,
-        };
-        let stream = body.into_data_stream().map(move |chunk| {
-            // Held until the body is gone.
-            let _ = &done;
-            chunk
-        });
-        Response::from_parts(parts, Body::from_stream(stream))
-    }
-}
-
-type LiveSpans = std::sync::Mutex<std::collections::VecDeque<opentelemetry_sdk::trace::SpanData>>;
-
-/// A request answered: its span is queued for the exporter once the
-/// answer's body is gone (the oldest dropped past the queue's bound, as
-/// the exporter's own queue does).
-struct Answering {
-    seen: Option<Seen>,
-    live: Arc<LiveSpans>,
-    session: Option<String>,
-    status: u16,
-    metrics: Arc<super::metrics::Metrics>,
-}
-
-impl Drop for Answering {
-    fn drop(&mut self) {
-        use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
-        let Some(seen) = self.seen.take() else { return };
-        let mut r = seen.request;
-        r.end = std::time::SystemTime::now();
-        r.status = self.status;
-        r.session = r.session.take().or(self.session.take());
-        r.tool_error = seen.tool_error.load(std::sync::atomic::Ordering::SeqCst);
-        let span = crate::trace::mcp::server_span(&r, RandomIdGenerator::default().new_span_id());
-        if let Ok(mut q) = self.live.lock() {
-            q.push_back(span);
-            if q.len() > super::otlp::QUEUE_SPANS {
-                q.pop_front();
-                self.metrics.otlp_dropped(1);
-            }
         }
     }
 }

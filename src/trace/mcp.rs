@@ -59,6 +59,14 @@ pub fn parse_traceparent(tp: &str) -> Option<(TraceId, SpanId)> {
     (trace != TraceId::INVALID && span != SpanId::INVALID).then_some((trace, span))
 }
 
+/// The trace request `r`'s span is in: its caller's, else its chain's.
+pub fn trace_of(r: &McpRequest) -> TraceId {
+    match r.traceparent.as_deref().and_then(parse_traceparent) {
+        Some((trace, _)) => trace,
+        None => trace_id(r.root.as_deref().unwrap_or(&r.run)),
+    }
+}
+
 /// The span of request `r`, whose own id is `id`.
 pub fn server_span(r: &McpRequest, id: SpanId) -> SpanData {
     let method = r.method.clone().unwrap_or_else(|| "unknown".into());
@@ -67,10 +75,7 @@ pub fn server_span(r: &McpRequest, id: SpanId) -> SpanData {
         None => method.clone(),
     };
     let parent = r.traceparent.as_deref().and_then(parse_traceparent);
-    let trace = match parent {
-        Some((trace, _)) => trace,
-        None => trace_id(r.root.as_deref().unwrap_or(&r.run)),
-    };
+    let trace = trace_of(r);
     let mut attributes = vec![
         KeyValue::new("mcp.method.name", method.clone()),
         KeyValue::new("agentledger.run", r.run.clone()),

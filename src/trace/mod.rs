@@ -21,7 +21,7 @@ use crate::context::ContextEvent;
 use crate::model::{LedgerEvent, Run, RunStatus};
 use crate::views::TrailStep;
 use opentelemetry::trace::{
-    Event, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+    Event, Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
@@ -147,7 +147,7 @@ fn tool(
         KeyValue::new("agentledger.step", i64::from(s.step)),
     ];
     a.append(&mut attributes);
-    span(
+    let mut d = span(
         Place {
             trace,
             id: step_span_id(&t.run.run, s.step),
@@ -158,7 +158,24 @@ fn tool(
         a,
         Vec::new(),
         status,
-    )
+    );
+    // The same call as its MCP request's live span saw it: linked, so a
+    // backend shows both and counts the call once.
+    if let Some(live) = &s.span {
+        let to = SpanContext::new(
+            TraceId::from_bytes(live.trace_id),
+            SpanId::from_bytes(live.span_id),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        );
+        d.links.links.push(Link::new(
+            to,
+            vec![KeyValue::new("agentledger.link", "mcp_request")],
+            0,
+        ));
+    }
+    d
 }
 
 /// A run's spans: its `invoke_agent` span, then one `execute_tool` span
@@ -353,8 +370,67 @@ mod tests {
             event_id: format!("e{step}"),
             writer: "w".into(),
             principal: "operator".into(),
+            span: None,
             event,
         }
+    }
+
+    /// Run `run` reads r0's `patch`.
+    fn read_patch(run: &str) -> LedgerEvent {
+        LedgerEvent::ArtifactRead(ArtifactRead {
+            run: run.into(),
+            artifact: ArtifactRef {
+                name: "patch".into(),
+                sha256: [1; 32],
+                size: 4,
+                source_run: "r0".into(),
+                labels: Vec::new(),
+            },
+            labels_after: Vec::new(),
+        })
+    }
+
+    /// A read made through an MCP tool call names the call's live span; its
+    /// `execute_tool` span links to it (and a read made otherwise has no link).
+    #[test]
+    fn a_read_links_to_the_live_span_of_its_tool_call() {
+        let (runs, _) = eight_hops();
+        let read = |n: u32| step(n, 5, read_patch(&runs[0].run));
+        let live = crate::codec::SpanRef {
+            trace_id: [7; 16],
+            span_id: [9; 8],
+        };
+        let steps = vec![
+            TrailStep {
+                span: Some(live),
+                ..read(1)
+            },
+            read(2),
+        ];
+        let spans = run_spans(&RunTrail {
+            run: &runs[0],
+            steps: &steps,
+            loop_warnings: &[],
+        });
+        let reads: Vec<&SpanData> = spans
+            .iter()
+            .filter(|s| s.name == "execute_tool read_artifact")
+            .collect();
+        assert_eq!(reads.len(), 2);
+        let link = &reads[0].links.links;
+        assert_eq!(link.len(), 1);
+        assert_eq!(
+            link[0].span_context.trace_id(),
+            TraceId::from_bytes([7; 16])
+        );
+        assert_eq!(link[0].span_context.span_id(), SpanId::from_bytes([9; 8]));
+        assert!(link[0].span_context.is_remote());
+        assert_eq!(
+            reads[0].span_context.trace_id(),
+            trace_id("r0"),
+            "the read stays in its chain's trace"
+        );
+        assert!(reads[1].links.links.is_empty());
     }
 
     fn closed(run: &str, withheld: Option<Withheld>) -> LedgerEvent {
@@ -388,21 +464,7 @@ mod tests {
                             message: "m".into(),
                         }),
                     ),
-                    step(
-                        1,
-                        t + 5,
-                        LedgerEvent::ArtifactRead(ArtifactRead {
-                            run: r.run.clone(),
-                            artifact: ArtifactRef {
-                                name: "patch".into(),
-                                sha256: [1; 32],
-                                size: 4,
-                                source_run: "r0".into(),
-                                labels: Vec::new(),
-                            },
-                            labels_after: Vec::new(),
-                        }),
-                    ),
+                    step(1, t + 5, read_patch(&r.run)),
                     step(2, t + 9, closed(&r.run, w)),
                 ]
             })

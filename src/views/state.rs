@@ -102,5 +102,8 @@ pub struct TrailStep {
     pub writer: String,
     /// The principal whose request caused it.
     pub principal: String,
+    /// The span of the request that caused it, when the server exported
+    /// one (an MCP tool call).
+    pub span: Option<crate::codec::SpanRef>,
     pub event: LedgerEvent,
 }
