@@ -10,6 +10,11 @@
 //! Given a broker, the same loads run against `serve` on Kafka too, beside
 //! that run's baseline: raw rdkafka pipelined (idempotent, acks=all, every
 //! 400-byte record in flight at once, then flushed).
+//! First, the headline: `serve --listen` as the binary runs it (this
+//! build's, and an older build's when `BENCH_SERVE_OLD_BIN` names one)
+//! beside the baseline of `support/baseline.rs` — the same HTTP stack,
+//! bodies, parsing, record encoding and group commit, without the ledger's
+//! own work — at 1, 8 and 64 clients, each ratio measured in the same run.
 //! Run through `tools/bench-serve [SECONDS=5]` (it starts a 1-node broker).
 
 #[path = "../tests/common/tls.rs"]
@@ -19,6 +24,8 @@ mod tls;
 use agentledger::engine::{Engine, EngineOptions};
 use agentledger::server::{self, HttpOptions};
 
+#[path = "support/baseline.rs"]
+mod baseline;
 #[allow(dead_code)]
 mod support;
 use serde_json::json;
@@ -199,11 +206,7 @@ fn kafka_leg(dir: &std::path::Path, brokers: &str, secs: f64) {
     let http = client(&served.session, None);
     let resp = http
         .post(format!("{}/v1/ops", served.url))
-        .body(
-            json!({"op":"publish_agent","agent":"developer","scope":"acme/platform",
-            "emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]})
-            .to_string(),
-        )
+        .body(developer().to_string())
         .send()
         .unwrap();
     assert!(resp.status().is_success());
@@ -234,6 +237,106 @@ fn kafka_leg(dir: &std::path::Path, brokers: &str, secs: f64) {
     println!("server on Kafka at {url} answered {ops} operations");
 }
 
+/// `serve --listen 127.0.0.1:0` of binary `bin` on data dir `data`, as
+/// an operator starts it: killed when dropped.
+struct Spawned {
+    child: std::process::Child,
+    url: String,
+    token: String,
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// Reaped by `Spawned`'s drop.
+#[allow(clippy::zombie_processes)]
+fn spawn_serve(bin: &std::path::Path, data: &std::path::Path) -> Spawned {
+    std::fs::create_dir_all(data).unwrap();
+    let err = data.with_extension("err");
+    let mut child = std::process::Command::new(bin)
+        .arg("--data")
+        .arg(data)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(&err).unwrap_or_default();
+        if let Some(url) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("agentledger: listening on "))
+        {
+            let token = std::fs::read_to_string(data.join("serve.token")).unwrap();
+            return Spawned {
+                child,
+                url: url.trim().to_string(),
+                token: token.trim().to_string(),
+            };
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{} did not listen: {text}", bin.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The headline: the binaries beside the baseline that does the same work
+/// minus the ledger's, at 1, 8 and 64 clients, in this run.
+fn binaries_leg(dir: &std::path::Path, secs: f64) {
+    let new_bin = std::env::var("BENCH_SERVE_NEW_BIN")
+        .unwrap_or_else(|_| "target/release/agentledger".into());
+    let base = baseline::start(&dir.join("baseline"));
+    let mut servers: Vec<(String, String, String, Option<Spawned>)> = vec![(
+        "baseline".into(),
+        base.url.clone(),
+        base.token.clone(),
+        None,
+    )];
+    let mut binaries = vec![("serve (this build)".to_string(), new_bin)];
+    if let Ok(old) = std::env::var("BENCH_SERVE_OLD_BIN") {
+        let rev = std::env::var("BENCH_SERVE_OLD_REV").unwrap_or_else(|_| "old".into());
+        binaries.push((format!("serve ({rev})"), old));
+    }
+    for (i, (label, bin)) in binaries.into_iter().enumerate() {
+        let s = spawn_serve(std::path::Path::new(&bin), &dir.join(format!("bin-{i}")));
+        let ok = client(&s.token, None)
+            .post(format!("{}/v1/ops", s.url))
+            .body(developer().to_string())
+            .send()
+            .unwrap();
+        assert!(ok.status().is_success());
+        servers.push((label, s.url.clone(), s.token.clone(), Some(s)));
+    }
+    println!(
+        "{:>8} {:>24} {:>10} {:>9} {:>9} {:>12}",
+        "clients", "server", "ops/s", "p50 ms", "p99 ms", "vs baseline"
+    );
+    for clients in [1usize, 8, 64] {
+        let mut base_rate = f64::NAN;
+        for (i, (label, url, token, _)) in servers.iter().enumerate() {
+            let http = client(token, None);
+            let (rate, lat) = load(url, &http, clients, secs, &format!("b{i}-{clients}"));
+            if i == 0 {
+                base_rate = rate;
+            }
+            println!(
+                "{clients:>8} {label:>24} {rate:>10.0} {:>9.2} {:>9.2} {:>12.2}",
+                percentile(&lat, 0.5),
+                percentile(&lat, 0.99),
+                rate / base_rate
+            );
+        }
+    }
+}
+
 /// A server on its own data dir, on its own thread.
 fn start(data: &std::path::Path, tls: Option<server::TlsFiles>) -> Served {
     let open_dir = data.to_path_buf();
@@ -247,11 +350,39 @@ fn start(data: &std::path::Path, tls: Option<server::TlsFiles>) -> Served {
     )
 }
 
+/// The agent every leg's runs are of.
+fn developer() -> serde_json::Value {
+    json!({"op":"publish_agent","agent":"developer","scope":"acme/platform",
+        "emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]})
+}
+
 fn main() {
     let secs: f64 = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(5.0);
+    // Load alone, against a server running elsewhere (`tools/profile-serve`).
+    if let Ok(url) = std::env::var("BENCH_SERVE_LOAD_URL") {
+        let token = std::env::var("BENCH_SERVE_LOAD_TOKEN").expect("BENCH_SERVE_LOAD_TOKEN");
+        let clients = std::env::var("BENCH_SERVE_LOAD_CLIENTS")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(64);
+        let http = client(&token, None);
+        // Already there after a first load: answered, not refused.
+        let _ = http
+            .post(format!("{url}/v1/ops"))
+            .body(developer().to_string())
+            .send();
+        let tag = format!("load-{}", std::process::id());
+        let (rate, lat) = load(&url, &http, clients, secs, &tag);
+        println!(
+            "{clients} clients: {rate:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms",
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99)
+        );
+        return;
+    }
     let dir = tempfile_dir();
     // BENCH_SERVE_EMBEDDED=0: the Kafka leg alone.
     if std::env::var("BENCH_SERVE_EMBEDDED").as_deref() == Ok("0") {
@@ -261,6 +392,7 @@ fn main() {
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
+    binaries_leg(&dir, secs);
     let raw = raw_sync_rate(&dir, secs);
     println!("raw append+fdatasync (400 B): {raw:.0} records/s");
 
@@ -280,10 +412,7 @@ fn main() {
                 .unwrap();
             assert!(resp.status().is_success());
         };
-        ok(
-            json!({"op":"publish_agent","agent":"developer","scope":"acme/platform",
-            "emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]}),
-        );
+        ok(developer());
         // A platform's token, issued as `token issue` does: each request
         // is looked up in the views and put through the policy.
         ok(
