@@ -138,24 +138,23 @@ impl ContentStore {
         let content_ref = ContentRef::for_sha256(&sha256);
         let hex = content_ref.hex().to_owned();
         let path = self.path_of(&hex);
-        // A copy already there is kept only if it still holds these bytes:
-        // a damaged one is replaced, not left to fail every later read.
-        let intact = match fs::read(&path) {
-            Ok(held) if held == bytes => true,
-            Ok(_) => {
-                tracing::warn!(blob = %path.display(), "stored copy does not match its digest; replacing it with the bytes put now");
-                false
-            }
-            Err(_) => false,
-        };
-        let refreshed = if intact {
-            fs::File::options()
-                .append(true)
-                .open(&path)
-                .and_then(|f| f.set_modified(SystemTime::now()))
-        } else {
-            Err(std::io::Error::other("absent or damaged"))
-        };
+        // A copy already there is kept only if it still holds these bytes
+        // (a damaged one is replaced, not left to fail every later read),
+        // and dated now; read and dated through one open, since a put of
+        // bytes already held is the common case (the same artifact again).
+        let refreshed = fs::File::options()
+            .read(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| {
+                let mut held = Vec::with_capacity(bytes.len());
+                std::io::Read::read_to_end(&mut f, &mut held)?;
+                if held != bytes {
+                    tracing::warn!(blob = %path.display(), "stored copy does not match its digest; replacing it with the bytes put now");
+                    return Err(std::io::Error::other("damaged"));
+                }
+                f.set_modified(SystemTime::now())
+            });
         if refreshed.is_err() {
             let parent = path.parent().unwrap_or(&self.dir).to_path_buf();
             private_files::create_dir_all(&parent)

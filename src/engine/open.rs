@@ -114,8 +114,17 @@ impl DataDir {
         }
         let f = crate::log::private_files::create(&self.lock_path())
             .map_err(|e| LedgerError::io(format!("create {}", self.lock_path().display()), e))?;
-        f.try_lock_exclusive()
-            .map_err(|_| LedgerError::DataDirInUse(self.root.clone()))?;
+        // A lock just let go can linger for a moment: a process that forks
+        // while another thread holds the lock file open shares it until the
+        // child execs (the descriptor is close-on-exec). So a held lock is
+        // asked again for half a second before the dir is said to be in use.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+        while f.try_lock_exclusive().is_err() {
+            if std::time::Instant::now() >= deadline {
+                return Err(LedgerError::DataDirInUse(self.root.clone()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         Ok(f)
     }
 }
@@ -292,5 +301,24 @@ mod tests {
         }
         std::fs::write(d.path().join("views.current"), "views.b\n").unwrap();
         assert_eq!(dd.views_name(), "views.b");
+    }
+
+    /// A lock let go a moment later (a forked child holding it until it
+    /// execs) is waited for; one held on is refused as in use.
+    #[test]
+    fn a_lock_let_go_at_once_is_taken_and_one_held_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let dd = DataDir::new(d.path());
+        let held = dd.lock().unwrap();
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            drop(held);
+        });
+        let taken = dd.lock().expect("taken once the holder let go");
+        letting_go.join().unwrap();
+        let started = std::time::Instant::now();
+        assert!(matches!(dd.lock(), Err(LedgerError::DataDirInUse(_))));
+        assert!(started.elapsed() >= std::time::Duration::from_millis(500));
+        drop(taken);
     }
 }
