@@ -75,6 +75,26 @@ impl Engine {
         if self.pipeline.is_some() {
             return self.commit_in_flight(pending, encoded);
         }
+        // The records as projection takes them, from what encoded them:
+        // decoding the bytes just encoded would give them back at a cost
+        // (a twentieth of an open+close pair's instructions).
+        let records = pending
+            .iter()
+            .zip(&encoded)
+            .map(|(p, bytes)| {
+                Ok(codec::Record {
+                    event_id: p.event_id.clone(),
+                    chain_key: p.key.clone(),
+                    time_ms: now,
+                    writer: self.opts.writer.clone(),
+                    step: p.step,
+                    principal: self.principal.clone(),
+                    span: self.span,
+                    body_digest: codec::body_digest(bytes)?,
+                    event: p.event.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let by_topic = by_topic(&pending, &encoded);
         let mut positions = vec![
             Position {
@@ -92,11 +112,17 @@ impl Engine {
         for (topic, idx, recs) in by_topic {
             let appending = self.log.append_begin(topic, &recs)?;
             if single {
-                ahead = project_ahead(self.log.as_ref(), &self.views, topic, &recs, &encoded)
-                    .unwrap_or_else(|e| {
-                        tracing::debug!("projecting ahead of the acknowledgement: {e}");
-                        None
-                    });
+                ahead = project_ahead(
+                    self.log.as_ref(),
+                    &self.views,
+                    topic,
+                    &recs,
+                    (&encoded, &records),
+                )
+                .unwrap_or_else(|e| {
+                    tracing::debug!("projecting ahead of the acknowledgement: {e}");
+                    None
+                });
             }
             let placed = appending.wait()?;
             for (i, (partition, offset)) in idx.into_iter().zip(placed) {
@@ -111,7 +137,7 @@ impl Engine {
         }
         .and_then(|done| match done {
             Some(touched) => Ok(touched),
-            None => self.project_own(&pending, &encoded, &positions),
+            None => self.project_own(&pending, (&encoded, &records), &positions),
         });
         let touched = match projected {
             Ok(touched) => touched,
@@ -199,7 +225,7 @@ impl Engine {
     fn project_own(
         &mut self,
         pending: &[Decided],
-        encoded: &[Vec<u8>],
+        (encoded, records): (&[Vec<u8>], &[codec::Record]),
         positions: &[Position],
     ) -> Result<Vec<(Topic, u32)>> {
         // Project what this call appended (registry first), partition by
@@ -229,7 +255,7 @@ impl Engine {
             if contiguous && self.views.offset(topic, part)? == first {
                 let batch = recs
                     .iter()
-                    .map(|(offset, i)| Ok((*offset, codec::decode_for_projection(&encoded[*i])?)))
+                    .map(|(offset, i)| Ok((*offset, records[*i].clone())))
                     .collect::<Result<DecodedBatch>>()?;
                 evolve_batch(&self.views, topic, part, batch)?;
                 if CHAINED_TOPICS.contains(&topic) {
@@ -331,14 +357,15 @@ struct Ahead<'a> {
     digests: Vec<[u8; 32]>,
 }
 
-/// Project `recs` (encoded as `encoded`, in call order) as if appended now
-/// to a log nobody else writes; `None` when they span partitions.
+/// Project `recs` (encoded as `encoded`, which decode to `records`, in
+/// call order) as if appended now to a log nobody else writes; `None` when
+/// they span partitions.
 fn project_ahead<'a>(
     log: &dyn Log,
     views: &'a Views,
     topic: Topic,
     recs: &[(Vec<u8>, Vec<u8>)],
-    encoded: &[Vec<u8>],
+    (encoded, records): (&[Vec<u8>], &[codec::Record]),
 ) -> Result<Option<Ahead<'a>>> {
     let Some(partition) = recs.first().map(|(k, _)| log.partition_of(topic, k)) else {
         return Ok(None);
@@ -350,11 +377,11 @@ fn project_ahead<'a>(
         return Ok(None);
     }
     let first = views.offset(topic, partition)?;
-    let batch = encoded
+    let batch = records
         .iter()
         .enumerate()
-        .map(|(i, bytes)| Ok((first + i as u64, codec::decode_for_projection(bytes)?)))
-        .collect::<Result<DecodedBatch>>()?;
+        .map(|(i, record)| (first + i as u64, record.clone()))
+        .collect::<DecodedBatch>();
     let digests = own_digests(topic, encoded.iter().map(Vec::as_slice));
     let (write, _) = prepare_batch(views, topic, partition, batch)?;
     Ok(Some(Ahead {
