@@ -29,7 +29,8 @@ type Append = (Vec<u8>, oneshot::Sender<()>);
 
 struct Shared {
     bearer: String,
-    writer: std::sync::Mutex<mpsc::Sender<Append>>,
+    /// `Sender` is `Sync`: the handlers share it without a lock.
+    writer: mpsc::Sender<Append>,
     next: AtomicU64,
 }
 
@@ -187,7 +188,7 @@ async fn ops(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> R
     let bytes = codec::encode(&event, &format!("ev-{n}"), &key, now_ms(), "baseline", 0)
         .expect("a record of a small operation encodes");
     let (done, durable) = oneshot::channel();
-    let sent = s.writer.lock().unwrap().send((bytes, done));
+    let sent = s.writer.send((bytes, done));
     if sent.is_err() || durable.await.is_err() {
         return refused(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -216,7 +217,7 @@ pub fn start(dir: &Path) -> Baseline {
     ));
     let shared = Arc::new(Shared {
         bearer: format!("Bearer {token}"),
-        writer: std::sync::Mutex::new(tx),
+        writer: tx,
         next: AtomicU64::new(0),
     });
     let (stop, stopped) = oneshot::channel::<()>();
