@@ -192,18 +192,9 @@ impl Engine {
     /// operations must be answered otherwise than they were decided
     /// (pipelined groups: see `pipeline`).
     pub fn end_group(&mut self) -> Result<GroupEnd> {
-        self.grouping = false;
-        let end = if self.pipeline.is_some() {
-            self.finish_pipeline()
-        } else {
-            self.log.end_group()?;
-            GroupEnd::default()
-        };
-        if let Err(e) = self.checkpoint(false) {
-            tracing::warn!(
-                "writing due checkpoints after a group (retried by the next operation and by `serve`): {e}"
-            );
-        }
+        self.seal_group(false)?;
+        let end = self.group_synced()?;
+        self.after_groups();
         Ok(end)
     }
 

@@ -18,6 +18,7 @@ mod rebuilding;
 mod refusals;
 mod registry;
 mod runs;
+mod sealing;
 pub mod synthetic;
 mod tokens;
 pub mod trail;
@@ -70,6 +71,10 @@ pub struct Engine {
     grouping: bool,
     /// The group's appends in flight, on a log that pipelines groups.
     pipeline: Option<pipeline::Pipeline>,
+    /// A sealed group whose sync has not been waited for (see `sealing`).
+    sealed: Option<sealing::Sealed>,
+    /// The thread that syncs groups sealed in the background.
+    syncer: Option<sealing::Syncer>,
     /// Whose requests the engine is carrying out: recorded on every record
     /// it writes (`operator` unless told otherwise).
     principal: String,
@@ -171,6 +176,8 @@ impl Engine {
             closed: 0,
             grouping: false,
             pipeline: None,
+            sealed: None,
+            syncer: None,
             principal: crate::codec::V1_PRINCIPAL.to_string(),
             span: None,
             data: None,

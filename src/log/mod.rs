@@ -68,6 +68,22 @@ impl LogError {
     }
 }
 
+/// The sync of a sealed commit group (see [`Log::seal_group`]).
+pub trait GroupSync: Send {
+    /// Make the group durable and visible. An error means none of the
+    /// group may be taken as written.
+    fn wait(self: Box<Self>) -> Result<(), LogError>;
+}
+
+/// A group that was durable when it was sealed.
+struct Synced;
+
+impl GroupSync for Synced {
+    fn wait(self: Box<Self>) -> Result<(), LogError> {
+        Ok(())
+    }
+}
+
 /// A record's message headers: (name, value) pairs.
 pub type Headers = Vec<(String, Vec<u8>)>;
 
@@ -111,6 +127,19 @@ pub trait Log: Send + Sync {
     /// error means none of the group may be taken as written.
     fn end_group(&self) -> Result<(), LogError> {
         Ok(())
+    }
+
+    /// Seal the group begun by [`Log::begin_group`]: its appends are
+    /// handed to storage, and the returned sync makes them durable and
+    /// visible, on whichever thread waits for it. The next group may begin
+    /// and be decided before that wait returns (its appends are held back
+    /// until it is sealed in turn), but must not be sealed before it: a
+    /// sync must never make a later group's records durable ahead of the
+    /// premises they have in other partitions. Backends without a sync of
+    /// their own end the group here.
+    fn seal_group(&self) -> Result<Box<dyn GroupSync>, LogError> {
+        self.end_group()?;
+        Ok(Box::new(Synced))
     }
 
     /// How many syncs to stable storage appends have cost so far (the

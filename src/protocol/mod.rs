@@ -12,5 +12,5 @@ pub mod schema;
 
 pub use answer::*;
 pub use execute::{answer, execute, parse_request, reply, reply_as, validate, OpError};
-pub use group::{reply_group, Answered, Group, Line};
+pub use group::{decide_group, reply_group, Answered, Decided, Group, Line};
 pub use request::*;

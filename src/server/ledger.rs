@@ -101,6 +101,9 @@ fn wall_clock_ms() -> u64 {
 /// failure for all of them (the caller is not authenticated).
 pub type OpsAnswer = Result<Vec<Reply>, Failure>;
 
+/// A question for the engine, run on the ledger thread.
+pub(super) type Call = Box<dyn FnOnce(&mut Engine) + Send>;
+
 pub(super) enum Job {
     Ops {
         caller: Caller,
@@ -109,7 +112,7 @@ pub(super) enum Job {
         lines: Vec<Line>,
         reply: oneshot::Sender<OpsAnswer>,
     },
-    Call(Box<dyn FnOnce(&mut Engine) + Send>),
+    Call(Call),
     /// Another writer appended to the ledger (see `ledger_thread::watch_tail`): look now.
     Wake,
 }

@@ -331,12 +331,20 @@ pub(crate) const MAX_GROUP_LINES: usize = 4096;
 /// The serve loop's dispatch sweep, run inside a commit group.
 pub(crate) type Sweep<'a> = &'a mut dyn FnMut(&mut Engine) -> Result<DispatchAnswer, LedgerError>;
 
+/// Most commit groups decided in a row before the loop's work between
+/// groups (checkpoints, questions, sweeps) gets a turn.
+const MAX_PIPELINED: usize = 16;
+
 /// Run `first` and, when it carries operations, every operation job
 /// already waiting behind it as one commit group, with `sweep` (the
 /// dispatch sweep) after them in the same group: decided in order, made
-/// durable together, answered after. A question waiting among them runs
-/// after the group (it may read the log, which shows only what is
-/// durable). Returns what the sweep did, when it ran.
+/// durable together, answered after. While the group syncs (on the
+/// engine's sync thread), operations that arrived meanwhile are decided
+/// as the next group, sealed once this one has landed, and so on while
+/// more keep coming (at most `MAX_PIPELINED` groups). A question waiting
+/// among them runs after the last group has landed (it may read the log,
+/// which shows only what is durable). Returns what the sweep did, when it
+/// ran.
 pub(crate) fn run_jobs(
     engine: &mut Engine,
     first: Option<Job>,
@@ -345,51 +353,101 @@ pub(crate) fn run_jobs(
     summary: &mut Summary,
     sweep: Option<Sweep<'_>>,
 ) -> Result<Option<Result<DispatchAnswer, LedgerError>>, LedgerError> {
-    let mut group = Vec::new();
     let mut after = None;
-    let mut lines = 0;
+    let mut group = Vec::new();
     match first {
         None | Some(Job::Wake) => {}
         Some(Job::Call(f)) => after = Some(f),
         Some(Job::Ops {
             caller,
             span,
-            lines: l,
+            lines,
             reply,
         }) => {
-            lines += l.len();
-            group.push((caller, span, l, reply));
-            while lines < MAX_GROUP_LINES {
-                match rx.try_recv() {
-                    Ok(Job::Ops {
-                        caller,
-                        span,
-                        lines: l,
-                        reply,
-                    }) => {
-                        lines += l.len();
-                        group.push((caller, span, l, reply));
-                    }
-                    Ok(Job::Call(f)) => {
-                        after = Some(f);
-                        break;
-                    }
-                    // The sweep this group is followed by looks anyway.
-                    Ok(Job::Wake) => {}
-                    Err(_) => break,
-                }
-            }
+            group.push((caller, span, lines, reply));
+            gather(rx, &mut group, &mut after, MAX_GROUP_LINES);
         }
     }
-    let swept = if !group.is_empty() || sweep.is_some() {
-        run_group(engine, group, metrics, summary, sweep)?
-    } else {
-        None
-    };
+    let mut swept = None;
+    if !group.is_empty() || sweep.is_some() {
+        let mut sweep = sweep;
+        let mut flight: Option<Flight> = None;
+        for round in 1.. {
+            let mut next = decide(engine, group, sweep.take());
+            // A group lands before the next one is sealed. Until its sync
+            // ends, what arrives is decided into the next group.
+            if let Some(f) = flight.take() {
+                while after.is_none() && !engine.group_synced_yet() {
+                    let mut more = Vec::new();
+                    let room = MAX_GROUP_LINES.saturating_sub(next.decided.len());
+                    gather(rx, &mut more, &mut after, room);
+                    if more.is_empty() {
+                        break;
+                    }
+                    decide_into(engine, &mut next, more);
+                }
+                match land(engine, f, metrics, summary) {
+                    Ok(then) => swept = then.or(swept),
+                    Err(e) => {
+                        let abandoned = next.decided.abandon(&e);
+                        let _ = answer(abandoned, next.senders, next.started, metrics, summary);
+                        return Err(e);
+                    }
+                }
+            }
+            let mut more = Vec::new();
+            if after.is_none() && round < MAX_PIPELINED {
+                gather(rx, &mut more, &mut after, MAX_GROUP_LINES);
+            }
+            // With operations waiting, this group syncs on the sync thread
+            // while they are decided; alone, it syncs here.
+            next.decided.seal(engine, !more.is_empty());
+            flight = Some(next);
+            if more.is_empty() {
+                break;
+            }
+            group = more;
+        }
+        if let Some(f) = flight {
+            swept = land(engine, f, metrics, summary)?.or(swept);
+        }
+        engine.after_groups();
+    }
     if let Some(f) = after {
         f(engine);
     }
     Ok(swept)
+}
+
+/// Take the operation jobs waiting, until `group` holds `limit` lines,
+/// stopping at a question (kept in `after`).
+fn gather(
+    rx: &mpsc::Receiver<Job>,
+    group: &mut Vec<OpsJob>,
+    after: &mut Option<crate::server::ledger::Call>,
+    limit: usize,
+) {
+    let mut lines: usize = group.iter().map(|(_, _, l, _)| l.len()).sum();
+    while lines < limit {
+        match rx.try_recv() {
+            Ok(Job::Ops {
+                caller,
+                span,
+                lines: l,
+                reply,
+            }) => {
+                lines += l.len();
+                group.push((caller, span, l, reply));
+            }
+            Ok(Job::Call(f)) => {
+                *after = Some(f);
+                break;
+            }
+            // The sweep this group is followed by looks anyway.
+            Ok(Job::Wake) => {}
+            Err(_) => break,
+        }
+    }
 }
 
 pub(crate) type OpsJob = (
@@ -399,15 +457,50 @@ pub(crate) type OpsJob = (
     oneshot::Sender<OpsAnswer>,
 );
 
-pub(crate) fn run_group(
-    engine: &mut Engine,
-    group: Vec<OpsJob>,
-    metrics: &Metrics,
-    summary: &mut Summary,
-    sweep: Option<Sweep<'_>>,
-) -> Result<Option<Result<DispatchAnswer, LedgerError>>, LedgerError> {
+type Swept = Result<DispatchAnswer, LedgerError>;
+
+/// A group decided, waiting to be answered once durable.
+struct Flight {
+    decided: protocol::Decided<Swept>,
+    /// Each caller's line count and where its answers go.
+    senders: Vec<(usize, oneshot::Sender<OpsAnswer>)>,
+    started: Instant,
+}
+
+/// Decide a group of operation jobs (and the sweep) without sealing it.
+fn decide(engine: &mut Engine, group: Vec<OpsJob>, sweep: Option<Sweep<'_>>) -> Flight {
     let started = Instant::now();
     let mut senders = Vec::with_capacity(group.len());
+    let (grants, lines) = authenticated(engine, group, &mut senders);
+    let lines = lines
+        .into_iter()
+        .map(|(i, span, line)| (&grants[i], span, line));
+    let decided = protocol::decide_group(engine, lines, sweep);
+    Flight {
+        decided,
+        senders,
+        started,
+    }
+}
+
+/// Decide more operation jobs into a group not yet sealed.
+fn decide_into(engine: &mut Engine, flight: &mut Flight, group: Vec<OpsJob>) {
+    let (grants, lines) = authenticated(engine, group, &mut flight.senders);
+    let lines = lines
+        .into_iter()
+        .map(|(i, span, line)| (&grants[i], span, line));
+    flight.decided.decide_more(engine, lines);
+}
+
+type Lines = Vec<(usize, Option<crate::codec::SpanRef>, Line)>;
+
+/// The grants of a group's callers and their lines (each with the index
+/// of its grant); where each caller's answers go is added to `senders`.
+fn authenticated(
+    engine: &mut Engine,
+    group: Vec<OpsJob>,
+    senders: &mut Vec<(usize, oneshot::Sender<OpsAnswer>)>,
+) -> (Vec<crate::auth::Grant>, Lines) {
     let mut grants = Vec::with_capacity(group.len());
     let mut lines = Vec::new();
     for (caller, span, l, reply) in group {
@@ -424,10 +517,29 @@ pub(crate) fn run_group(
             }
         }
     }
-    let lines = lines
-        .into_iter()
-        .map(|(i, span, line)| (&grants[i], span, line));
-    let done = protocol::reply_group(engine, lines, sweep);
+    (grants, lines)
+}
+
+/// Wait for a sealed group's sync and answer its callers. A log that
+/// cannot sync cannot be trusted with more: the error stops serving.
+fn land(
+    engine: &mut Engine,
+    flight: Flight,
+    metrics: &Metrics,
+    summary: &mut Summary,
+) -> Result<Option<Swept>, LedgerError> {
+    let done = flight.decided.land(engine);
+    answer(done, flight.senders, flight.started, metrics, summary)
+}
+
+/// Send a group's answers; returns what its sweep did once durable.
+fn answer(
+    done: protocol::Group<Swept>,
+    senders: Vec<(usize, oneshot::Sender<OpsAnswer>)>,
+    started: Instant,
+    metrics: &Metrics,
+    summary: &mut Summary,
+) -> Result<Option<Swept>, LedgerError> {
     let took = started.elapsed();
     let mut answered = done.answered.into_iter();
     for (n, reply) in senders {
@@ -444,7 +556,10 @@ pub(crate) fn run_group(
         // happened regardless, as with `apply`.
         let _ = reply.send(Ok(replies));
     }
-    // A log that cannot sync cannot be trusted with more: stop serving.
     done.durable?;
     Ok(done.then)
 }
+
+#[cfg(test)]
+#[path = "ledger_thread_tests.rs"]
+mod tests;

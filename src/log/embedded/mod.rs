@@ -18,7 +18,7 @@ mod partition;
 #[cfg(test)]
 mod tests;
 
-use super::{partition_for_key, Log, LogError, LogRecord, RecordRef};
+use super::{partition_for_key, GroupSync, Log, LogError, LogRecord, RecordRef};
 use crate::model::Topic;
 use frame::TornTail;
 use partition::{sync_dir, Partition};
@@ -54,10 +54,11 @@ impl Default for EmbeddedConfig {
 
 pub struct EmbeddedLog {
     dir: PathBuf,
-    topics: BTreeMap<Topic, Vec<Partition>>,
-    /// Inside a group (`Log::begin_group`): appends are written but made
-    /// durable — and visible — only by `end_group`, with one fdatasync per
-    /// partition written for the whole group.
+    topics: BTreeMap<Topic, Vec<Arc<Partition>>>,
+    /// Inside a group (`Log::begin_group`): appends are given their
+    /// offsets but written only by `seal_group`, and made durable — and
+    /// visible — by its sync, with one fdatasync per partition written for
+    /// the whole group.
     grouping: std::sync::atomic::AtomicBool,
     /// fdatasync calls made for appends, shared with every partition.
     syncs: Arc<std::sync::atomic::AtomicU64>,
@@ -83,7 +84,7 @@ fn poisoned(label: &str) -> LogError {
 /// were durable before their checkpoint was written, so a bad frame there
 /// is damage, never a crash's tear. Read only when a tail is to be cut;
 /// a checkpoint record that does not parse attests nothing here.
-fn attested_ends(checkpoints: &[Partition]) -> BTreeMap<(String, u32), u64> {
+fn attested_ends(checkpoints: &[Arc<Partition>]) -> BTreeMap<(String, u32), u64> {
     #[derive(serde::Deserialize)]
     struct Span {
         topic: String,
@@ -231,7 +232,7 @@ impl EmbeddedLog {
                 .map_err(|e| LogError::io(format!("create {}", dir.display()), e))?;
         }
         let mut torn = Vec::new();
-        let mut topics: BTreeMap<Topic, Vec<Partition>> = BTreeMap::new();
+        let mut topics: BTreeMap<Topic, Vec<Arc<Partition>>> = BTreeMap::new();
         let syncs: Arc<std::sync::atomic::AtomicU64> = Default::default();
         // The checkpoints first: a tail of a ledger or registry partition
         // that a checkpoint attests is not cut as a tear (see `attested`).
@@ -263,7 +264,7 @@ impl EmbeddedLog {
                 )?;
                 let mut part = part;
                 part.syncs = syncs.clone();
-                parts.push(part);
+                parts.push(Arc::new(part));
                 torn.extend(tail);
             }
             topics.insert(topic, parts);
@@ -284,6 +285,7 @@ impl EmbeddedLog {
         self.topics
             .get(&topic)
             .and_then(|p| p.get(partition as usize))
+            .map(|p| &**p)
             .ok_or(LogError::NoSuchPartition { topic, partition })
     }
 }
@@ -300,6 +302,19 @@ const SYNC_ORDER: [Topic; 4] = [
     Topic::Checkpoints,
 ];
 
+/// A sealed group's partitions, each with where its records end and the
+/// file holding them, in [`SYNC_ORDER`].
+struct SealedGroup(Vec<(Arc<Partition>, u64, Arc<File>)>);
+
+impl GroupSync for SealedGroup {
+    fn wait(self: Box<Self>) -> Result<(), LogError> {
+        for (part, end, file) in self.0 {
+            part.sync_through(end, &file)?;
+        }
+        Ok(())
+    }
+}
+
 impl Log for EmbeddedLog {
     fn partitions(&self, topic: Topic) -> u32 {
         self.topics.get(&topic).map(|p| p.len() as u32).unwrap_or(0)
@@ -315,14 +330,21 @@ impl Log for EmbeddedLog {
     }
 
     fn end_group(&self) -> Result<(), LogError> {
+        self.seal_group()?.wait()
+    }
+
+    fn seal_group(&self) -> Result<Box<dyn GroupSync>, LogError> {
         self.grouping
             .store(false, std::sync::atomic::Ordering::SeqCst);
+        let mut due = Vec::new();
         for topic in SYNC_ORDER {
             for p in self.topics.get(&topic).into_iter().flatten() {
-                p.sync_written()?;
+                if let Some((end, file)) = p.flush()? {
+                    due.push((p.clone(), end, file));
+                }
             }
         }
-        Ok(())
+        Ok(Box::new(SealedGroup(due)))
     }
 
     fn append(
@@ -341,7 +363,7 @@ impl Log for EmbeddedLog {
             let frames: Vec<(Vec<u8>, Vec<u8>)> =
                 idxs.iter().map(|&i| records[i].clone()).collect();
             let grouping = self.grouping.load(std::sync::atomic::Ordering::SeqCst);
-            let offsets = self.partition(topic, p)?.append(&frames, !grouping)?;
+            let offsets = self.partition(topic, p)?.append(&frames, grouping)?;
             for (i, off) in idxs.into_iter().zip(offsets) {
                 out[i] = (p, off);
             }

@@ -24,7 +24,20 @@ pub(super) struct Segment {
 
 pub(super) struct PartState {
     pub(super) segments: Vec<Segment>,
+    /// The offset of the next record written to a segment file.
     pub(super) next_offset: u64,
+    /// Frames of a commit group given offsets but not written yet: they
+    /// reach the file when the group is sealed (see `Partition::flush`).
+    pub(super) deferred: Deferred,
+}
+
+/// Encoded frames waiting for their group's seal, numbered from
+/// `PartState::next_offset` on.
+#[derive(Default)]
+pub(super) struct Deferred {
+    buf: Vec<u8>,
+    /// Where each frame starts in `buf`.
+    rel: Vec<u64>,
 }
 
 pub(super) struct Partition {
@@ -36,6 +49,9 @@ pub(super) struct Partition {
     pub(super) state: Mutex<PartState>,
     /// Offsets below this are fsynced and visible to readers.
     pub(super) synced: Mutex<u64>,
+    /// Held by whoever syncs, so that concurrent appenders share one sync
+    /// and readers asking for `synced` never wait for a disk.
+    pub(super) syncing: Mutex<()>,
     pub(super) synced_cv: Condvar,
     pub(super) roll_bytes: u64,
     /// The log's count of fdatasync calls (see `Log::syncs`).
@@ -185,10 +201,12 @@ impl Partition {
                 dir,
                 read_only,
                 synced: Mutex::new(next_offset),
+                syncing: Mutex::new(()),
                 synced_cv: Condvar::new(),
                 state: Mutex::new(PartState {
                     segments,
                     next_offset,
+                    deferred: Deferred::default(),
                 }),
                 roll_bytes,
                 syncs: Default::default(),
@@ -204,26 +222,31 @@ impl Partition {
             dir,
             read_only: true,
             synced: Mutex::new(0),
+            syncing: Mutex::new(()),
             synced_cv: Condvar::new(),
             state: Mutex::new(PartState {
                 segments: Vec::new(),
                 next_offset: 0,
+                deferred: Deferred::default(),
             }),
             roll_bytes,
             syncs: Default::default(),
         }
     }
 
+    /// Append frames: written and synced before returning, or, with
+    /// `defer` (inside a commit group), given their offsets now and
+    /// written only by [`Partition::flush`] — so that a group being
+    /// decided while the one before it syncs writes nothing that sync
+    /// could make durable ahead of its premises in other partitions.
     pub(super) fn append(
         &self,
         frames: &[(Vec<u8>, Vec<u8>)],
-        sync: bool,
+        defer: bool,
     ) -> Result<Vec<u64>, LogError> {
         if self.read_only {
             return Err(LogError::ReadOnly(self.label.clone()));
         }
-        let mut buf = Vec::new();
-        let mut rel = Vec::with_capacity(frames.len());
         for (k, p) in frames {
             let size = k.len() + p.len();
             if size > MAX_FRAME_BYTES {
@@ -232,77 +255,106 @@ impl Partition {
                     limit: MAX_FRAME_BYTES,
                 });
             }
+        }
+        let mut st = self.state.lock().map_err(|_| poisoned(&self.label))?;
+        if defer {
+            let first = st.next_offset + st.deferred.rel.len() as u64;
+            let d = &mut st.deferred;
+            for (k, p) in frames {
+                d.rel.push(d.buf.len() as u64);
+                encode_frame(k, p, &mut d.buf);
+            }
+            return Ok((first..first + frames.len() as u64).collect());
+        }
+        // Frames deferred before this one come first in the file.
+        let Deferred { mut buf, mut rel } = std::mem::take(&mut st.deferred);
+        let first = st.next_offset + rel.len() as u64;
+        for (k, p) in frames {
             rel.push(buf.len() as u64);
             encode_frame(k, p, &mut buf);
         }
-        let (offsets, my_end, file) = {
-            let mut st = self.state.lock().map_err(|_| poisoned(&self.label))?;
-            let needs_roll = st
-                .segments
-                .last()
-                .map(|s| s.len > 0 && s.len + buf.len() as u64 > self.roll_bytes)
-                .unwrap_or(true);
-            if needs_roll {
-                if let Some(s) = st.segments.last() {
-                    s.file
-                        .sync_all()
-                        .map_err(|e| LogError::io(format!("fsync {}", s.path.display()), e))?;
-                }
-                let base = st.next_offset;
-                let path = segment_path(&self.dir, base);
-                let file = open_segment_file(&path, false)?;
-                sync_dir(&self.dir)?;
-                st.segments.push(Segment {
-                    base,
-                    path,
-                    file: Arc::new(file),
-                    positions: Vec::new(),
-                    len: 0,
-                });
+        let (end, file) = self.write_locked(&mut st, &buf, &rel)?;
+        drop(st);
+        self.sync_through(end, &file)?;
+        Ok((first..end).collect())
+    }
+
+    /// Write the deferred frames (a group's seal). Returns where the
+    /// written records end and the file holding the last of them, for
+    /// [`Partition::sync_through`]; `None` when everything written is
+    /// synced already. On a failed write the deferred frames are dropped:
+    /// their group cannot be answered ok.
+    pub(super) fn flush(&self) -> Result<Option<(u64, Arc<File>)>, LogError> {
+        let mut st = self.state.lock().map_err(|_| poisoned(&self.label))?;
+        let Deferred { buf, rel } = std::mem::take(&mut st.deferred);
+        let written = if rel.is_empty() {
+            let end = st.next_offset;
+            st.segments.last().map(|s| (end, s.file.clone()))
+        } else {
+            Some(self.write_locked(&mut st, &buf, &rel)?)
+        };
+        drop(st);
+        match written {
+            Some((end, file)) if self.visible_end()? < end => Ok(Some((end, file))),
+            _ => Ok(None),
+        }
+    }
+
+    /// Write encoded frames at the end of the last segment (rolling to a
+    /// new one first when they would overfill it). Returns the offset after
+    /// them and the file they are in.
+    fn write_locked(
+        &self,
+        st: &mut PartState,
+        buf: &[u8],
+        rel: &[u64],
+    ) -> Result<(u64, Arc<File>), LogError> {
+        let needs_roll = st
+            .segments
+            .last()
+            .map(|s| s.len > 0 && s.len + buf.len() as u64 > self.roll_bytes)
+            .unwrap_or(true);
+        if needs_roll {
+            if let Some(s) = st.segments.last() {
+                s.file
+                    .sync_all()
+                    .map_err(|e| LogError::io(format!("fsync {}", s.path.display()), e))?;
             }
-            let first = st.next_offset;
-            let st = &mut *st;
-            let seg = st
-                .segments
-                .last_mut()
-                .ok_or_else(|| poisoned(&self.label))?;
-            let start = seg.len;
-            (&*seg.file).write_all(&buf).map_err(|e| {
-                // A partial write leaves a tail the next open cuts; make this
-                // process forget it too by truncating back.
-                let _ = seg.file.set_len(start);
-                LogError::io(format!("append to {}", seg.path.display()), e)
-            })?;
-            seg.positions.extend(rel.iter().map(|r| start + r));
-            seg.len += buf.len() as u64;
-            let file = seg.file.clone();
-            st.next_offset += frames.len() as u64;
-            let offsets: Vec<u64> = (first..st.next_offset).collect();
-            (offsets, st.next_offset, file)
-        };
-        if sync {
-            self.sync_through(my_end, &file)?;
+            let base = st.next_offset;
+            let path = segment_path(&self.dir, base);
+            let file = open_segment_file(&path, false)?;
+            sync_dir(&self.dir)?;
+            st.segments.push(Segment {
+                base,
+                path,
+                file: Arc::new(file),
+                positions: Vec::new(),
+                len: 0,
+            });
         }
-        Ok(offsets)
+        let seg = st
+            .segments
+            .last_mut()
+            .ok_or_else(|| poisoned(&self.label))?;
+        let start = seg.len;
+        (&*seg.file).write_all(buf).map_err(|e| {
+            // A partial write leaves a tail the next open cuts; make this
+            // process forget it too by truncating back.
+            let _ = seg.file.set_len(start);
+            LogError::io(format!("append to {}", seg.path.display()), e)
+        })?;
+        seg.positions.extend(rel.iter().map(|r| start + r));
+        seg.len += buf.len() as u64;
+        let file = seg.file.clone();
+        st.next_offset += rel.len() as u64;
+        Ok((st.next_offset, file))
     }
 
-    /// Make everything written so far durable and visible (the end of a
-    /// group).
-    pub(super) fn sync_written(&self) -> Result<(), LogError> {
-        let (written, file) = {
-            let st = self.state.lock().map_err(|_| poisoned(&self.label))?;
-            (st.next_offset, st.segments.last().map(|s| s.file.clone()))
-        };
-        match file {
-            Some(file) if self.visible_end()? < written => self.sync_through(written, &file),
-            _ => Ok(()),
-        }
-    }
-
-    /// Group commit: whoever holds the lock syncs everything written so far.
+    /// Group commit: whoever holds the sync lock syncs everything written
+    /// so far. May run on another thread than the appends.
     pub(super) fn sync_through(&self, end: u64, file: &Arc<File>) -> Result<(), LogError> {
-        let mut synced = self.synced.lock().map_err(|_| poisoned(&self.label))?;
-        if *synced >= end {
+        let _one = self.syncing.lock().map_err(|_| poisoned(&self.label))?;
+        if self.visible_end()? >= end {
             return Ok(());
         }
         let (written, active) = {
@@ -320,6 +372,7 @@ impl Partition {
                 .sync_data()
                 .map_err(|e| LogError::io(format!("fsync {}", self.label), e))?;
         }
+        let mut synced = self.synced.lock().map_err(|_| poisoned(&self.label))?;
         *synced = (*synced).max(written);
         self.synced_cv.notify_all();
         Ok(())

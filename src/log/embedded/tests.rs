@@ -305,3 +305,92 @@ fn concurrent_appends_all_land() {
     assert_eq!(log.end_offset(Topic::Registry, 0).unwrap(), 200);
     assert_eq!(log.read(Topic::Registry, 0, 0, 1000).unwrap().len(), 200);
 }
+
+/// Bytes in the segment files of one topic's partitions.
+fn topic_bytes(dir: &Path, topic: Topic) -> u64 {
+    let mut n = 0;
+    for p in std::fs::read_dir(dir.join(topic.name())).unwrap() {
+        let p = p.unwrap().path();
+        if p.is_dir() {
+            for f in std::fs::read_dir(&p).unwrap() {
+                n += f.unwrap().metadata().unwrap().len();
+            }
+        }
+    }
+    n
+}
+
+#[test]
+fn a_group_is_written_when_sealed_and_visible_when_its_sync_ends() {
+    let d = tempfile::tempdir().unwrap();
+    let log = Arc::new(open(d.path()));
+    let recs = |from: usize, n: usize| -> Vec<(Vec<u8>, Vec<u8>)> {
+        (from..from + n)
+            .map(|i| (b"k".to_vec(), format!("v{i}").into_bytes()))
+            .collect()
+    };
+    let p = log.partition_of(Topic::Registry, b"k");
+    let end = || log.end_offset(Topic::Registry, p).unwrap();
+
+    log.begin_group();
+    let first = log.append(Topic::Registry, &recs(0, 3)).unwrap();
+    assert_eq!(first, vec![(p, 0), (p, 1), (p, 2)], "offsets given at once");
+    assert_eq!(
+        topic_bytes(d.path(), Topic::Registry),
+        0,
+        "nothing written yet"
+    );
+    let sync = log.seal_group().unwrap();
+    let written = topic_bytes(d.path(), Topic::Registry);
+    assert!(written > 0, "sealed: written");
+    assert_eq!(end(), 0, "not visible before its sync");
+
+    // The next group is decided while the first syncs, on another thread:
+    // its records get the offsets after the first's, and that sync makes
+    // none of them visible, nor are they in the file to be synced.
+    log.begin_group();
+    let syncing = std::thread::spawn(move || sync.wait());
+    let second = log.append(Topic::Registry, &recs(3, 2)).unwrap();
+    assert_eq!(second, vec![(p, 3), (p, 4)]);
+    syncing.join().unwrap().unwrap();
+    assert_eq!(end(), 3);
+    assert_eq!(topic_bytes(d.path(), Topic::Registry), written);
+    assert_eq!(log.read(Topic::Registry, p, 0, 100).unwrap().len(), 3);
+
+    log.seal_group().unwrap().wait().unwrap();
+    assert_eq!(end(), 5);
+    // An append outside a group after one: written behind it, synced.
+    assert_eq!(
+        log.append(Topic::Registry, &recs(5, 1)).unwrap(),
+        vec![(p, 5)]
+    );
+    drop(log);
+    let log = open(d.path());
+    let got = log.read(Topic::Registry, p, 0, 100).unwrap();
+    let payloads: Vec<String> = got
+        .iter()
+        .map(|r| String::from_utf8(r.payload.clone()).unwrap())
+        .collect();
+    assert_eq!(payloads, ["v0", "v1", "v2", "v3", "v4", "v5"]);
+}
+
+#[test]
+fn an_oversized_record_in_a_group_is_refused_at_once_and_the_rest_stands() {
+    let d = tempfile::tempdir().unwrap();
+    let log = open(d.path());
+    log.begin_group();
+    log.append(Topic::Registry, &[(b"k".to_vec(), b"a".to_vec())])
+        .unwrap();
+    let big = vec![0u8; MAX_FRAME_BYTES + 1];
+    let err = log
+        .append(Topic::Registry, &[(b"k".to_vec(), big)])
+        .unwrap_err();
+    assert!(matches!(err, LogError::TooLarge { .. }), "{err}");
+    log.append(Topic::Registry, &[(b"k".to_vec(), b"b".to_vec())])
+        .unwrap();
+    log.end_group().unwrap();
+    let p = log.partition_of(Topic::Registry, b"k");
+    let got = log.read(Topic::Registry, p, 0, 10).unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!((got[0].offset, got[1].offset), (0, 1), "no offset skipped");
+}
