@@ -15,6 +15,7 @@
 
 pub mod frame;
 mod partition;
+mod syncing;
 #[cfg(test)]
 mod tests;
 
@@ -28,6 +29,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use syncing::{Due, SealedGroup};
 
 const HEADER: usize = 8;
 /// Largest frame the log accepts (key + payload).
@@ -60,6 +62,8 @@ pub struct EmbeddedLog {
     /// visible — by its sync, with one fdatasync per partition written for
     /// the whole group.
     grouping: std::sync::atomic::AtomicBool,
+    /// Threads that sync a group's partitions of one topic together.
+    helpers: Arc<syncing::Helpers>,
     /// fdatasync calls made for appends, shared with every partition.
     syncs: Arc<std::sync::atomic::AtomicU64>,
     /// Torn tails a read-only open found and left in place.
@@ -277,6 +281,7 @@ impl EmbeddedLog {
             topics,
             torn,
             grouping: Default::default(),
+            helpers: Default::default(),
             syncs,
         })
     }
@@ -301,19 +306,6 @@ const SYNC_ORDER: [Topic; 4] = [
     Topic::Ledger,
     Topic::Checkpoints,
 ];
-
-/// A sealed group's partitions, each with where its records end and the
-/// file holding them, in [`SYNC_ORDER`].
-struct SealedGroup(Vec<(Arc<Partition>, u64, Arc<File>)>);
-
-impl GroupSync for SealedGroup {
-    fn wait(self: Box<Self>) -> Result<(), LogError> {
-        for (part, end, file) in self.0 {
-            part.sync_through(end, &file)?;
-        }
-        Ok(())
-    }
-}
 
 impl Log for EmbeddedLog {
     fn partitions(&self, topic: Topic) -> u32 {
@@ -340,11 +332,19 @@ impl Log for EmbeddedLog {
         for topic in SYNC_ORDER {
             for p in self.topics.get(&topic).into_iter().flatten() {
                 if let Some((end, file)) = p.flush()? {
-                    due.push((p.clone(), end, file));
+                    due.push(Arc::new(Due {
+                        topic,
+                        part: p.clone(),
+                        end,
+                        file,
+                    }));
                 }
             }
         }
-        Ok(Box::new(SealedGroup(due)))
+        Ok(Box::new(SealedGroup {
+            due,
+            helpers: self.helpers.clone(),
+        }))
     }
 
     fn append(

@@ -394,3 +394,52 @@ fn an_oversized_record_in_a_group_is_refused_at_once_and_the_rest_stands() {
     assert_eq!(got.len(), 2);
     assert_eq!((got[0].offset, got[1].offset), (0, 1), "no offset skipped");
 }
+
+/// Threads of this process with this name.
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter(|t| {
+            let comm = t.as_ref().unwrap().path().join("comm");
+            std::fs::read_to_string(comm).is_ok_and(|c| c.trim() == name)
+        })
+        .count()
+}
+
+#[test]
+fn a_groups_partitions_of_one_topic_sync_together_on_helpers_kept_for_the_next() {
+    let d = tempfile::tempdir().unwrap();
+    let log = open(d.path());
+    let parts = log.partitions(Topic::Ledger);
+    assert!(parts >= 4);
+    // One key per ledger partition.
+    let keys: Vec<Vec<u8>> = (0..parts)
+        .map(|p| {
+            (0u32..)
+                .map(|i| format!("run-{i}").into_bytes())
+                .find(|k| log.partition_of(Topic::Ledger, k) == p)
+                .unwrap()
+        })
+        .collect();
+    for round in 0..3u64 {
+        let syncs = log.syncs();
+        log.begin_group();
+        log.append(Topic::Registry, &[(b"agent".to_vec(), b"v".to_vec())])
+            .unwrap();
+        for k in &keys {
+            log.append(Topic::Ledger, &[(k.clone(), b"e".to_vec())])
+                .unwrap();
+        }
+        log.seal_group().unwrap().wait().unwrap();
+        assert_eq!(log.syncs() - syncs, 1 + parts as u64, "one sync per partition");
+        for p in 0..parts {
+            assert_eq!(log.end_offset(Topic::Ledger, p).unwrap(), round + 1);
+        }
+        assert_eq!(log.end_offset(Topic::Registry, 0).unwrap(), round + 1);
+    }
+    // Helpers for the partitions beyond the first, kept between groups
+    // (tests run in parallel in this process: at most the ones of the
+    // other tests' logs besides).
+    let helpers = threads_named("agentledger-fsy");
+    assert!(helpers >= parts as usize - 1, "{helpers} helper threads");
+}
