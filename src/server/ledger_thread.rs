@@ -402,7 +402,13 @@ pub(crate) fn run_jobs(
             // With operations waiting, this group syncs on the sync thread
             // while they are decided; alone, it syncs here.
             next.decided.seal(engine, !more.is_empty());
-            flight = Some(next);
+            if engine.group_synced_yet() {
+                // Durable when sealed (Kafka's pipelined groups), or to be
+                // synced here: answered before anything else is decided.
+                swept = land(engine, next, metrics, summary)?.or(swept);
+            } else {
+                flight = Some(next);
+            }
             if more.is_empty() {
                 break;
             }

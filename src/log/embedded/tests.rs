@@ -431,7 +431,11 @@ fn a_groups_partitions_of_one_topic_sync_together_on_helpers_kept_for_the_next()
                 .unwrap();
         }
         log.seal_group().unwrap().wait().unwrap();
-        assert_eq!(log.syncs() - syncs, 1 + parts as u64, "one sync per partition");
+        assert_eq!(
+            log.syncs() - syncs,
+            1 + parts as u64,
+            "one sync per partition"
+        );
         for p in 0..parts {
             assert_eq!(log.end_offset(Topic::Ledger, p).unwrap(), round + 1);
         }
