@@ -119,6 +119,23 @@ fn answers(rxs: Vec<oneshot::Receiver<OpsAnswer>>) -> Vec<Reply> {
         .collect()
 }
 
+/// Run the serve loop's jobs as it would, from the first one waiting.
+fn run_waiting(
+    engine: &mut Engine,
+    rx: &mpsc::Receiver<Job>,
+    summary: &mut Summary,
+) -> Result<Option<Result<DispatchAnswer, LedgerError>>, LedgerError> {
+    let first = rx.recv().unwrap();
+    run_jobs(engine, Some(first), rx, &Metrics::new(), summary, None)
+}
+
+/// Fresh views projected from what the log holds.
+fn projected_again(dir: &std::path::Path, log: &FailingSync) -> Views {
+    let views = Views::open(dir.join("views-again")).unwrap();
+    crate::projector::project_all(log, &views, &|_| {}).unwrap();
+    views
+}
+
 #[test]
 fn groups_decided_while_the_one_before_syncs_are_all_answered_once_durable() {
     let d = tempfile::tempdir().unwrap();
@@ -128,10 +145,8 @@ fn groups_decided_while_the_one_before_syncs_are_all_answered_once_durable() {
     // decided while the first syncs.
     let rxs = send(&tx, "r", 3, 3000);
     let sealed = log.sealed.load(Ordering::SeqCst);
-    let first = rx.recv().unwrap();
-    let metrics = Metrics::new();
     let mut summary = Summary::default();
-    run_jobs(&mut engine, Some(first), &rx, &metrics, &mut summary, None).unwrap();
+    run_waiting(&mut engine, &rx, &mut summary).unwrap();
     assert_eq!(log.sealed.load(Ordering::SeqCst) - sealed, 2, "two groups");
     assert!(!engine.group_in_flight());
     let replies = answers(rxs);
@@ -142,8 +157,7 @@ fn groups_decided_while_the_one_before_syncs_are_all_answered_once_durable() {
     assert_eq!(durable, 9000, "every run opened is durable and visible");
     // A fresh engine over the same files finds every run.
     drop(engine);
-    let views = Views::open(d.path().join("views-again")).unwrap();
-    crate::projector::project_all(log.as_ref(), &views, &|_| {}).unwrap();
+    let views = projected_again(d.path(), &log);
     for j in 0..3 {
         assert!(views.run(&format!("r-{j}-2999")).unwrap().is_some());
     }
@@ -156,10 +170,7 @@ fn a_group_decided_on_one_whose_sync_failed_is_never_answered_ok_nor_written() {
     let (tx, rx) = mpsc::channel();
     let rxs = send(&tx, "r", 3, 3000);
     log.fail_next.store(true, Ordering::SeqCst);
-    let first = rx.recv().unwrap();
-    let metrics = Metrics::new();
-    let mut summary = Summary::default();
-    let err = run_jobs(&mut engine, Some(first), &rx, &metrics, &mut summary, None)
+    let err = run_waiting(&mut engine, &rx, &mut Summary::default())
         .expect_err("a failed sync stops the loop");
     assert!(err.to_string().contains("fdatasync failed"), "{err}");
     let replies = answers(rxs);
@@ -185,7 +196,6 @@ fn a_group_decided_on_one_whose_sync_failed_is_never_answered_ok_nor_written() {
     drop(engine);
     let durable: u64 = log.end_offsets(Topic::Ledger).unwrap().iter().sum();
     assert!(durable <= 6000, "{durable} records durable");
-    let views = Views::open(d.path().join("views-again")).unwrap();
-    crate::projector::project_all(log.as_ref(), &views, &|_| {}).unwrap();
+    let views = projected_again(d.path(), &log);
     assert!(views.run("r-2-0").unwrap().is_none());
 }
