@@ -8,7 +8,7 @@ use agentledger::codec;
 use agentledger::engine::DataDir;
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use agentledger::log::Log;
-use agentledger::model::Topic;
+use agentledger::model::{LedgerEvent, Topic};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -138,6 +138,31 @@ fn killed_apply(
         .collect()
 }
 
+/// Runs whose events are on the `published` topic while no close of
+/// theirs is in the ledger.
+fn events_without_a_durable_close(dir: &std::path::Path) -> Vec<String> {
+    let log = EmbeddedLog::open(DataDir::new(dir).log(), &EmbeddedConfig::default()).unwrap();
+    let mut closed = HashSet::new();
+    for p in 0..log.partitions(Topic::Ledger) {
+        for r in log.read(Topic::Ledger, p, 0, usize::MAX).unwrap() {
+            if let LedgerEvent::RunClosed(c) = codec::decode(&r.payload).unwrap().event {
+                closed.insert(c.run);
+            }
+        }
+    }
+    let mut orphans = Vec::new();
+    for p in 0..log.partitions(Topic::Published) {
+        for r in log.read(Topic::Published, p, 0, usize::MAX).unwrap() {
+            let e: Value = serde_json::from_slice(&r.payload).unwrap();
+            let run = e["subject"].as_str().unwrap_or_default().to_string();
+            if !closed.contains(&run) {
+                orphans.push(run);
+            }
+        }
+    }
+    orphans
+}
+
 #[test]
 fn sigkill_during_apply_and_dispatch_loses_nothing_acknowledged() {
     let ops = script();
@@ -153,6 +178,12 @@ fn sigkill_during_apply_and_dispatch_loses_nothing_acknowledged() {
         if acked.len() < ops.len() {
             killed_mid_way += 1;
         }
+        // Consumers saw events only of runs whose close survived.
+        let orphans = events_without_a_durable_close(d.path());
+        assert!(
+            orphans.is_empty(),
+            "trial {trial}: published events of runs not closed in the ledger: {orphans:?}"
+        );
         // Reopen and finish the dispatcher's work, as an operator would.
         let after = run_apply(d.path(), &[json!({"op":"dispatch"})]);
         assert_eq!(after[0]["ok"], true, "trial {trial}: {after:?}");

@@ -167,15 +167,19 @@ impl Engine {
         Ok(answer)
     }
 
-    /// Inside a pipelined group (Kafka), publish the events of every run
-    /// waiting to be dispatched at once, with one round trip for all of
-    /// them, instead of one per run in `dispatch_one`: returns the runs
-    /// whose events are now durable on the `published` topic. A run
-    /// missing from it is published by `dispatch_one` as usual (its
-    /// events at least once, as after a crash).
+    /// Inside a commit group, publish the events of every run waiting to
+    /// be dispatched at once, before any dispatch record: on Kafka one
+    /// round trip for all of them instead of one per run in
+    /// `dispatch_one`; on the embedded log, where a `published` record
+    /// after a `ledger` one in a group starts a phase of its own (its
+    /// premise may be that record), one phase for all the events instead
+    /// of one per run. Returns the runs whose events are now on the
+    /// `published` topic (durable with the group). A run missing from it
+    /// is published by `dispatch_one` as usual (its events at least once,
+    /// as after a crash).
     fn publish_ahead(&mut self, sweep: Sweep<'_>) -> Result<std::collections::HashSet<String>> {
         let mut done = std::collections::HashSet::new();
-        if self.pipeline.is_none() {
+        if self.pipeline.is_none() && !self.grouping {
             return Ok(done);
         }
         let now = self.now_ms();

@@ -49,12 +49,16 @@ pub struct Decided<T> {
     stopped: Option<String>,
 }
 
-/// Decide `lines`, each a request made by the grant beside it (callers
-/// of one group may differ) within the span beside it, if any (its
-/// records name it: see [`Engine::within_span`]), in order as one commit group, then run `then`
-/// inside the same group (the serve loop's dispatch sweep) unless an
-/// operation found the log failing. After a machine failure the remaining
-/// lines are not applied and say why.
+/// Run `then` (the serve loop's dispatch sweep) and decide `lines`, each
+/// a request made by the grant beside it (callers of one group may
+/// differ) within the span beside it, if any (its records name it: see
+/// [`Engine::within_span`]), in order as one commit group. After a machine
+/// failure the remaining lines are not applied and say why.
+///
+/// `then` runs first: what it writes stands on records made durable by
+/// earlier groups only (the closes it dispatches), so the group's records
+/// sync in one phase (see `log::embedded`'s `Phasing`); after the lines,
+/// its events would stand on their closes and need one more round.
 pub fn reply_group<'g, T>(
     engine: &mut Engine,
     lines: impl IntoIterator<Item = (&'g Grant, Option<SpanRef>, Line)>,
@@ -67,8 +71,8 @@ pub fn reply_group<'g, T>(
     group
 }
 
-/// [`reply_group`]'s first half: begin the group and decide its lines
-/// (and `then`); nothing is durable or answered yet.
+/// [`reply_group`]'s first half: begin the group, run `then` and decide
+/// the lines; nothing is durable or answered yet.
 pub fn decide_group<'g, T>(
     engine: &mut Engine,
     lines: impl IntoIterator<Item = (&'g Grant, Option<SpanRef>, Line)>,
@@ -77,15 +81,11 @@ pub fn decide_group<'g, T>(
     engine.begin_group();
     let mut decided = Decided {
         answered: Vec::new(),
-        then: None,
+        then: then.map(|f| f(engine)),
         sealed: None,
         stopped: None,
     };
     decided.decide_more(engine, lines);
-    decided.then = match (then, &decided.stopped) {
-        (Some(f), None) => Some(f(engine)),
-        _ => None,
-    };
     decided
 }
 

@@ -264,13 +264,15 @@ pub(crate) fn serve_loop(
         engine.catch_up(&|_| {})?;
         ready.store(true, Ordering::SeqCst);
         // The dispatch sweep joins the operations waiting now in one
-        // commit group: one durable sync per partition for all of them.
+        // commit group (ahead of them: it dispatches the closes of
+        // groups before): one durable sync per partition for all of them.
         let mut sweep = |e: &mut Engine| e.dispatch_partitions(&|p| owned.contains(&p));
         if !opts.dispatch {
             // Manual: the jobs, without a sweep.
             run_jobs(&mut engine, job, &rx, metrics, &mut summary, None)?;
             busy = false;
         } else {
+            let closed = engine.closed_runs();
             match run_jobs(
                 &mut engine,
                 job,
@@ -283,7 +285,9 @@ pub(crate) fn serve_loop(
                     summary.opened += a.opened.len() as u64;
                     summary.dispatched_runs += a.dispatched_runs;
                     metrics.dispatched(&a);
-                    busy = a.dispatched_runs > 0;
+                    // Runs closed by the operations after the sweep are
+                    // dispatched by the next turn, at once.
+                    busy = a.dispatched_runs > 0 || engine.closed_runs() != closed;
                 }
                 // Another instance dispatched the same run first (this one was
                 // too slow to notice its partition had moved): its records
@@ -337,7 +341,7 @@ const MAX_PIPELINED: usize = 16;
 
 /// Run `first` and, when it carries operations, every operation job
 /// already waiting behind it as one commit group, with `sweep` (the
-/// dispatch sweep) after them in the same group: decided in order, made
+/// dispatch sweep) ahead of them in the same group: decided in order, made
 /// durable together, answered after. While the group syncs (on the
 /// engine's sync thread), operations that arrived meanwhile are decided
 /// as the next group, sealed once this one has landed, and so on while

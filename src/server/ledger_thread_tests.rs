@@ -199,3 +199,116 @@ fn a_group_decided_on_one_whose_sync_failed_is_never_answered_ok_nor_written() {
     let views = projected_again(d.path(), &log);
     assert!(views.run("r-2-0").unwrap().is_none());
 }
+
+/// Agents whose runs let events out: the developer's `code.ready`
+/// starts the reviewer.
+fn with_listeners(engine: &mut Engine) {
+    let lines = [
+        json!({"op":"publish_agent","agent":"developer","scope":"acme/platform","listens":[],
+               "emits":[{"event":"code.ready","context":"change","artifacts":["patch"]}]}),
+        json!({"op":"publish_agent","agent":"reviewer","scope":"acme/platform","listens":["code.ready"],"emits":[]}),
+        json!({"op":"open_run","run":"r1","agent":"developer"}),
+        json!({"op":"open_run","run":"r2","agent":"developer"}),
+    ];
+    all_ok(engine, lines);
+}
+
+/// `lines` by the operator as one group (no sweep), every one answered ok.
+fn all_ok<const N: usize>(
+    engine: &mut Engine,
+    lines: [serde_json::Value; N],
+) -> crate::protocol::Group<()> {
+    let op = crate::auth::Grant::operator();
+    let g = crate::protocol::reply_group(
+        engine,
+        lines.into_iter().map(|l| (&op, None, Ok(l))),
+        None::<fn(&mut Engine)>,
+    );
+    assert!(
+        g.answered.iter().all(|a| a.reply.is_ok()),
+        "{:?}",
+        g.answered
+    );
+    g
+}
+
+fn close(run: &str) -> serde_json::Value {
+    json!({"op":"close_run","run":run,"status":"succeeded","artifacts":{"patch":"a patch"}})
+}
+
+/// The rounds of syncs since `from` of the journal: the topic of each
+/// (one topic's partitions sync together).
+fn synced_topics(log: &FailingSync, from: usize) -> Vec<String> {
+    let mut topics: Vec<String> = log.inner.sync_journal()[from..]
+        .iter()
+        .map(|(p, _)| p.split('/').next().unwrap_or_default().to_string())
+        .collect();
+    topics.dedup();
+    topics
+}
+
+#[test]
+fn a_close_and_its_dispatch_in_one_group_make_the_close_durable_before_its_events() {
+    let d = tempfile::tempdir().unwrap();
+    let (log, mut engine) = setup(d.path());
+    with_listeners(&mut engine);
+    let from = log.inner.sync_journal().len();
+    let g = all_ok(&mut engine, [close("r1"), json!({"op":"dispatch"})]);
+    assert!(
+        g.answered[1].reply.to_value()["opened"][0]["agent"] == "reviewer",
+        "the dispatch opened the listener: {:?}",
+        g.answered[1].reply
+    );
+    // A crash between two syncs leaves durable only what stands on what
+    // is: the close, then the event it lets out, then the note of it.
+    assert_eq!(
+        synced_topics(&log, from),
+        ["ledger", "published", "ledger"],
+        "{:?}",
+        log.inner.sync_journal()
+    );
+}
+
+#[test]
+fn the_serve_loops_sweep_goes_first_in_its_group_so_the_group_syncs_in_one_phase() {
+    let d = tempfile::tempdir().unwrap();
+    let (log, mut engine) = setup(d.path());
+    with_listeners(&mut engine);
+    all_ok(&mut engine, [close("r1")]);
+    // The next group: r2's close, with the sweep dispatching r1.
+    let (tx, rx) = mpsc::channel();
+    let (reply, answer) = oneshot::channel();
+    tx.send(Job::Ops {
+        caller: Caller::Operator,
+        span: None,
+        lines: vec![Ok(close("r2"))],
+        reply,
+    })
+    .unwrap();
+    let from = log.inner.sync_journal().len();
+    let mut sweep = |e: &mut Engine| e.dispatch();
+    let first = rx.recv().unwrap();
+    let swept = run_jobs(
+        &mut engine,
+        Some(first),
+        &rx,
+        &Metrics::new(),
+        &mut Summary::default(),
+        Some(&mut sweep),
+    )
+    .unwrap();
+    let swept = swept.expect("the sweep ran").unwrap();
+    assert_eq!(swept.dispatched_runs, 1, "r1 only: r2 closed after it");
+    assert!(answer.blocking_recv().unwrap().unwrap()[0].is_ok());
+    assert_eq!(
+        synced_topics(&log, from),
+        ["published", "ledger"],
+        "{:?}",
+        log.inner.sync_journal()
+    );
+    assert!(engine
+        .views()
+        .run("r2")
+        .unwrap()
+        .is_some_and(|r| !r.dispatched));
+}

@@ -29,7 +29,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use syncing::{Due, SealedGroup};
+use syncing::{Due, Held, SealedGroup};
 
 const HEADER: usize = 8;
 /// Largest frame the log accepts (key + payload).
@@ -62,12 +62,16 @@ pub struct EmbeddedLog {
     /// visible — by its sync, with one fdatasync per partition written for
     /// the whole group.
     grouping: std::sync::atomic::AtomicBool,
+    /// Where the group being appended stands in its phases.
+    phasing: std::sync::Mutex<Phasing>,
     /// Threads that sync a group's partitions of one topic together.
     helpers: Arc<syncing::Helpers>,
     /// fdatasync calls made for appends, shared with every partition.
     syncs: Arc<std::sync::atomic::AtomicU64>,
     /// Torn tails a read-only open found and left in place.
     torn: Vec<TornTail>,
+    #[cfg(test)]
+    journal: Arc<std::sync::Mutex<Vec<(String, u64)>>>,
 }
 
 /// How a partition is opened.
@@ -222,6 +226,13 @@ impl EmbeddedLog {
         Self::open_as(dir, config, Access::ReadOnly)
     }
 
+    /// Every fdatasync of the log so far, in order: (partition, records
+    /// durable after it).
+    #[cfg(test)]
+    pub(crate) fn sync_journal(&self) -> Vec<(String, u64)> {
+        self.journal.lock().map(|j| j.clone()).unwrap_or_default()
+    }
+
     /// Torn tails found and left in place by a read-only open.
     pub fn torn_tails(&self) -> &[TornTail] {
         &self.torn
@@ -238,6 +249,8 @@ impl EmbeddedLog {
         let mut torn = Vec::new();
         let mut topics: BTreeMap<Topic, Vec<Arc<Partition>>> = BTreeMap::new();
         let syncs: Arc<std::sync::atomic::AtomicU64> = Default::default();
+        #[cfg(test)]
+        let journal: Arc<std::sync::Mutex<Vec<(String, u64)>>> = Default::default();
         // The checkpoints first: a tail of a ledger or registry partition
         // that a checkpoint attests is not cut as a tear (see `attested`).
         let order = std::iter::once(Topic::Checkpoints)
@@ -268,6 +281,10 @@ impl EmbeddedLog {
                 )?;
                 let mut part = part;
                 part.syncs = syncs.clone();
+                #[cfg(test)]
+                {
+                    part.journal = journal.clone();
+                }
                 parts.push(Arc::new(part));
                 torn.extend(tail);
             }
@@ -281,8 +298,11 @@ impl EmbeddedLog {
             topics,
             torn,
             grouping: Default::default(),
+            phasing: Default::default(),
             helpers: Default::default(),
             syncs,
+            #[cfg(test)]
+            journal,
         })
     }
 
@@ -307,6 +327,44 @@ const SYNC_ORDER: [Topic; 4] = [
     Topic::Checkpoints,
 ];
 
+fn sync_rank(topic: Topic) -> usize {
+    SYNC_ORDER
+        .iter()
+        .position(|t| *t == topic)
+        .unwrap_or(SYNC_ORDER.len())
+}
+
+/// A commit group's phases. `SYNC_ORDER` says which topic's records may
+/// stand on which, but within a group a record may also stand on one
+/// appended before it to a topic synced later: a run's events go out
+/// (`published`) only once its close (`ledger`) is durable, and a close
+/// and the dispatch of its run may share a group. So an append to a topic
+/// synced before one the current phase already holds starts a new phase,
+/// and the seal makes the phases durable one after another, each in
+/// `SYNC_ORDER` — a crash between two syncs leaves durable only records
+/// whose premises are.
+#[derive(Default)]
+struct Phasing {
+    phase: u32,
+    /// The latest-synced topic appended to in this phase.
+    top: Option<usize>,
+}
+
+impl Phasing {
+    /// The phase of an append to `topic`.
+    fn enter(&mut self, topic: Topic) -> u32 {
+        let rank = sync_rank(topic);
+        match self.top {
+            Some(top) if rank < top => {
+                self.phase += 1;
+                self.top = Some(rank);
+            }
+            _ => self.top = Some(self.top.map_or(rank, |t| t.max(rank))),
+        }
+        self.phase
+    }
+}
+
 impl Log for EmbeddedLog {
     fn partitions(&self, topic: Topic) -> u32 {
         self.topics.get(&topic).map(|p| p.len() as u32).unwrap_or(0)
@@ -328,10 +386,16 @@ impl Log for EmbeddedLog {
     fn seal_group(&self) -> Result<Box<dyn GroupSync>, LogError> {
         self.grouping
             .store(false, std::sync::atomic::Ordering::SeqCst);
+        *self
+            .phasing
+            .lock()
+            .map_err(|_| poisoned("the group's phases"))? = Phasing::default();
         let mut due = Vec::new();
+        let mut held = Vec::new();
         for topic in SYNC_ORDER {
             for p in self.topics.get(&topic).into_iter().flatten() {
-                if let Some((end, file)) = p.flush()? {
+                let (written, later) = p.flush()?;
+                if let Some((end, file)) = written {
                     due.push(Arc::new(Due {
                         topic,
                         part: p.clone(),
@@ -339,10 +403,18 @@ impl Log for EmbeddedLog {
                         file,
                     }));
                 }
+                held.extend(later.into_iter().map(|c| Held {
+                    topic,
+                    part: p.clone(),
+                    chunk: c,
+                }));
             }
         }
+        // Phase by phase, each in `SYNC_ORDER` (stable: `held` is in it).
+        held.sort_by_key(|h| h.chunk.phase);
         Ok(Box::new(SealedGroup {
             due,
+            held,
             helpers: self.helpers.clone(),
         }))
     }
@@ -359,11 +431,20 @@ impl Log for EmbeddedLog {
             by_part.entry(partition_for_key(k, n)).or_default().push(i);
         }
         let mut out = vec![(0u32, 0u64); records.len()];
+        let phase = if self.grouping.load(std::sync::atomic::Ordering::SeqCst) {
+            Some(
+                self.phasing
+                    .lock()
+                    .map_err(|_| poisoned("the group's phases"))?
+                    .enter(topic),
+            )
+        } else {
+            None
+        };
         for (p, idxs) in by_part {
             let frames: Vec<(Vec<u8>, Vec<u8>)> =
                 idxs.iter().map(|&i| records[i].clone()).collect();
-            let grouping = self.grouping.load(std::sync::atomic::Ordering::SeqCst);
-            let offsets = self.partition(topic, p)?.append(&frames, grouping)?;
+            let offsets = self.partition(topic, p)?.append(&frames, phase)?;
             for (i, off) in idxs.into_iter().zip(offsets) {
                 out[i] = (p, off);
             }

@@ -26,18 +26,46 @@ pub(super) struct PartState {
     pub(super) segments: Vec<Segment>,
     /// The offset of the next record written to a segment file.
     pub(super) next_offset: u64,
-    /// Frames of a commit group given offsets but not written yet: they
-    /// reach the file when the group is sealed (see `Partition::flush`).
-    pub(super) deferred: Deferred,
+    /// Frames of a sealed group's later phases, given offsets (from
+    /// `next_offset` on) but held by the group until the phases before
+    /// them are durable (see `Partition::write_held`).
+    pub(super) held: u64,
+    /// Frames of a commit group given offsets (after the held ones) but
+    /// not written yet: they reach the file when the group is sealed (see
+    /// `Partition::flush`).
+    pub(super) deferred: Vec<Chunk>,
 }
 
-/// Encoded frames waiting for their group's seal, numbered from
-/// `PartState::next_offset` on.
+/// Encoded frames of one phase of a commit group (see
+/// `EmbeddedLog::append`), waiting for their turn to be written.
 #[derive(Default)]
-pub(super) struct Deferred {
+pub(super) struct Chunk {
+    pub(super) phase: u32,
     buf: Vec<u8>,
     /// Where each frame starts in `buf`.
     rel: Vec<u64>,
+}
+
+impl Chunk {
+    fn frames(&self) -> u64 {
+        self.rel.len() as u64
+    }
+
+    fn push(&mut self, key: &[u8], payload: &[u8]) {
+        self.rel.push(self.buf.len() as u64);
+        encode_frame(key, payload, &mut self.buf);
+    }
+
+    /// The frames of `chunks` one after another, as one chunk.
+    fn joined(chunks: Vec<Chunk>) -> Chunk {
+        let mut all = Chunk::default();
+        for c in chunks {
+            let base = all.buf.len() as u64;
+            all.rel.extend(c.rel.iter().map(|r| base + r));
+            all.buf.extend_from_slice(&c.buf);
+        }
+        all
+    }
 }
 
 pub(super) struct Partition {
@@ -56,6 +84,9 @@ pub(super) struct Partition {
     pub(super) roll_bytes: u64,
     /// The log's count of fdatasync calls (see `Log::syncs`).
     pub(super) syncs: Arc<std::sync::atomic::AtomicU64>,
+    /// Every sync of the log in order: (partition, records durable).
+    #[cfg(test)]
+    pub(super) journal: Arc<Mutex<Vec<(String, u64)>>>,
 }
 
 pub(super) fn sync_dir(dir: &Path) -> Result<(), LogError> {
@@ -206,10 +237,13 @@ impl Partition {
                 state: Mutex::new(PartState {
                     segments,
                     next_offset,
-                    deferred: Deferred::default(),
+                    held: 0,
+                    deferred: Vec::new(),
                 }),
                 roll_bytes,
                 syncs: Default::default(),
+                #[cfg(test)]
+                journal: Default::default(),
             },
             left_torn,
         ))
@@ -227,22 +261,26 @@ impl Partition {
             state: Mutex::new(PartState {
                 segments: Vec::new(),
                 next_offset: 0,
-                deferred: Deferred::default(),
+                held: 0,
+                deferred: Vec::new(),
             }),
             roll_bytes,
             syncs: Default::default(),
+            #[cfg(test)]
+            journal: Default::default(),
         }
     }
 
     /// Append frames: written and synced before returning, or, with
-    /// `defer` (inside a commit group), given their offsets now and
-    /// written only by [`Partition::flush`] — so that a group being
-    /// decided while the one before it syncs writes nothing that sync
-    /// could make durable ahead of its premises in other partitions.
+    /// `defer` (inside a commit group: the group's phase), given their
+    /// offsets now and written only when the group is sealed
+    /// ([`Partition::flush`], [`Partition::write_held`]) — so that a group
+    /// being decided while the one before it syncs writes nothing that
+    /// sync could make durable ahead of its premises in other partitions.
     pub(super) fn append(
         &self,
         frames: &[(Vec<u8>, Vec<u8>)],
-        defer: bool,
+        defer: Option<u32>,
     ) -> Result<Vec<u64>, LogError> {
         if self.read_only {
             return Err(LogError::ReadOnly(self.label.clone()));
@@ -257,47 +295,84 @@ impl Partition {
             }
         }
         let mut st = self.state.lock().map_err(|_| poisoned(&self.label))?;
-        if defer {
-            let first = st.next_offset + st.deferred.rel.len() as u64;
-            let d = &mut st.deferred;
-            for (k, p) in frames {
-                d.rel.push(d.buf.len() as u64);
-                encode_frame(k, p, &mut d.buf);
+        let first = st.next_offset + st.held + st.deferred.iter().map(Chunk::frames).sum::<u64>();
+        if let Some(phase) = defer {
+            if st.deferred.last().is_none_or(|c| c.phase != phase) {
+                st.deferred.push(Chunk {
+                    phase,
+                    ..Chunk::default()
+                });
+            }
+            if let Some(chunk) = st.deferred.last_mut() {
+                for (k, p) in frames {
+                    chunk.push(k, p);
+                }
             }
             return Ok((first..first + frames.len() as u64).collect());
         }
-        // Frames deferred before this one come first in the file.
-        let Deferred { mut buf, mut rel } = std::mem::take(&mut st.deferred);
-        let first = st.next_offset + rel.len() as u64;
-        for (k, p) in frames {
-            rel.push(buf.len() as u64);
-            encode_frame(k, p, &mut buf);
+        if st.held > 0 {
+            // Written now, these would take the offsets the held frames
+            // were given.
+            return Err(LogError::Unavailable(format!(
+                "{}: an append outside a commit group while a sealed group's records wait to be written",
+                self.label
+            )));
         }
-        let (end, file) = self.write_locked(&mut st, &buf, &rel)?;
+        // Frames deferred before this one come first in the file.
+        let mut all = Chunk::joined(std::mem::take(&mut st.deferred));
+        for (k, p) in frames {
+            all.push(k, p);
+        }
+        let (end, file) = self.write_locked(&mut st, &all.buf, &all.rel)?;
         drop(st);
         self.sync_through(end, &file)?;
         Ok((first..end).collect())
     }
 
-    /// Write the deferred frames (a group's seal). Returns where the
-    /// written records end and the file holding the last of them, for
-    /// [`Partition::sync_through`]; `None` when everything written is
-    /// synced already. On a failed write the deferred frames are dropped:
-    /// their group cannot be answered ok.
-    pub(super) fn flush(&self) -> Result<Option<(u64, Arc<File>)>, LogError> {
+    /// Write the deferred frames of a group's first phase (its seal) and
+    /// hand over the later phases' ones, to be written by
+    /// [`Partition::write_held`] once the phases before them are durable.
+    /// Returns where the written records end and the file holding the
+    /// last of them, for [`Partition::sync_through`] (`None` when
+    /// everything written is synced already), and the later chunks. On a
+    /// failed write the deferred frames are dropped: their group cannot
+    /// be answered ok.
+    pub(super) fn flush(&self) -> Result<Flushed, LogError> {
         let mut st = self.state.lock().map_err(|_| poisoned(&self.label))?;
-        let Deferred { buf, rel } = std::mem::take(&mut st.deferred);
-        let written = if rel.is_empty() {
-            let end = st.next_offset;
-            st.segments.last().map(|s| (end, s.file.clone()))
-        } else {
-            Some(self.write_locked(&mut st, &buf, &rel)?)
-        };
-        drop(st);
-        match written {
-            Some((end, file)) if self.visible_end()? < end => Ok(Some((end, file))),
-            _ => Ok(None),
+        if st.held > 0 {
+            return Err(LogError::Unavailable(format!(
+                "{}: records of an earlier commit group were never written (its sync failed); reopen the log",
+                self.label
+            )));
         }
+        let mut later = std::mem::take(&mut st.deferred);
+        let first = match later.first() {
+            Some(c) if c.phase == 0 => Some(later.remove(0)),
+            _ => None,
+        };
+        let written = match first {
+            None => {
+                let end = st.next_offset;
+                st.segments.last().map(|s| (end, s.file.clone()))
+            }
+            Some(c) => Some(self.write_locked(&mut st, &c.buf, &c.rel)?),
+        };
+        st.held += later.iter().map(Chunk::frames).sum::<u64>();
+        drop(st);
+        let due = match written {
+            Some((end, file)) if self.visible_end()? < end => Some((end, file)),
+            _ => None,
+        };
+        Ok((due, later))
+    }
+
+    /// Write a held chunk of a sealed group (see [`Partition::flush`]),
+    /// once the phases before it are durable. Returns where the records
+    /// end and the file they are in, for [`Partition::sync_through`].
+    pub(super) fn write_held(&self, chunk: &Chunk) -> Result<(u64, Arc<File>), LogError> {
+        let mut st = self.state.lock().map_err(|_| poisoned(&self.label))?;
+        st.held = st.held.saturating_sub(chunk.frames());
+        self.write_locked(&mut st, &chunk.buf, &chunk.rel)
     }
 
     /// Write encoded frames at the end of the last segment (rolling to a
@@ -365,6 +440,10 @@ impl Partition {
             .map_err(|e| LogError::io(format!("fsync {}", self.label), e))?;
         self.syncs
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        #[cfg(test)]
+        if let Ok(mut j) = self.journal.lock() {
+            j.push((self.label.clone(), written));
+        }
         // A roll since our write sealed (and synced) our segment; what was
         // written after it is in the active one.
         if let Some(active) = active.filter(|a| !Arc::ptr_eq(a, file)) {
@@ -494,6 +573,11 @@ impl Partition {
         })
     }
 }
+
+/// What a seal did to a partition (see [`Partition::flush`]): where its
+/// written records end and their file, when they need a sync, and the
+/// chunks held for later phases.
+pub(super) type Flushed = (Option<(u64, Arc<File>)>, Vec<Chunk>);
 
 /// One segment's share of a read (see `read_plan`).
 pub(super) struct ReadSpan {

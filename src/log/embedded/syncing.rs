@@ -6,7 +6,7 @@
 //! (a group on four ledger partitions paid four in a row). The helper
 //! threads are kept for the log's life rather than spawned per group.
 
-use super::partition::Partition;
+use super::partition::{Chunk, Partition};
 use crate::log::{GroupSync, LogError};
 use crate::model::Topic;
 use std::fs::File;
@@ -83,20 +83,60 @@ fn spawn_helper() -> Result<mpsc::Sender<Job>, LogError> {
     Ok(tx)
 }
 
-/// A sealed group's partitions in [`super::SYNC_ORDER`].
+/// Frames of a later phase of a sealed group, written only once the
+/// phases before it are durable (written before, an earlier phase's
+/// fdatasync of the same file would make them durable ahead of their
+/// premises).
+pub(super) struct Held {
+    pub(super) topic: Topic,
+    pub(super) part: Arc<Partition>,
+    pub(super) chunk: Chunk,
+}
+
+/// A sealed group: its first phase written, partitions in
+/// [`super::SYNC_ORDER`]; its later phases held, in phase order and
+/// within one in `SYNC_ORDER`.
 pub(super) struct SealedGroup {
     pub(super) due: Vec<Arc<Due>>,
+    pub(super) held: Vec<Held>,
     pub(super) helpers: Arc<Helpers>,
 }
 
-impl GroupSync for SealedGroup {
-    fn wait(self: Box<Self>) -> Result<(), LogError> {
-        let mut due = self.due.as_slice();
+impl SealedGroup {
+    /// Sync `due` topic by topic, the partitions of one together.
+    fn sync_in_order(&self, mut due: &[Arc<Due>]) -> Result<(), LogError> {
         while let Some(first) = due.first() {
             let n = due.iter().take_while(|d| d.topic == first.topic).count();
             let (now, rest) = due.split_at(n);
             self.helpers.sync_together(now)?;
             due = rest;
+        }
+        Ok(())
+    }
+}
+
+impl GroupSync for SealedGroup {
+    fn wait(self: Box<Self>) -> Result<(), LogError> {
+        self.sync_in_order(&self.due)?;
+        let mut held = self.held.as_slice();
+        while let Some(first) = held.first() {
+            let n = held
+                .iter()
+                .take_while(|h| h.chunk.phase == first.chunk.phase)
+                .count();
+            let (now, rest) = held.split_at(n);
+            let mut due = Vec::with_capacity(n);
+            for h in now {
+                let (end, file) = h.part.write_held(&h.chunk)?;
+                due.push(Arc::new(Due {
+                    topic: h.topic,
+                    part: h.part.clone(),
+                    end,
+                    file,
+                }));
+            }
+            self.sync_in_order(&due)?;
+            held = rest;
         }
         Ok(())
     }

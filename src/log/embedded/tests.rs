@@ -447,3 +447,122 @@ fn a_groups_partitions_of_one_topic_sync_together_on_helpers_kept_for_the_next()
     let helpers = threads_named("agentledger-fsy");
     assert!(helpers >= parts as usize - 1, "{helpers} helper threads");
 }
+
+/// One record to append.
+fn one(key: &str, payload: &str) -> [(Vec<u8>, Vec<u8>); 1] {
+    [(key.as_bytes().to_vec(), payload.as_bytes().to_vec())]
+}
+
+fn payloads(log: &EmbeddedLog, topic: Topic, p: u32) -> Vec<String> {
+    log.read(topic, p, 0, 100)
+        .unwrap()
+        .iter()
+        .map(|r| String::from_utf8(r.payload.clone()).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_close_and_the_events_it_lets_out_in_one_group_become_durable_in_that_order() {
+    let d = tempfile::tempdir().unwrap();
+    let log = open(d.path());
+    let rec = |v: &str| one("run-1", v);
+    let lp = log.partition_of(Topic::Ledger, b"run-1");
+    let pp = log.partition_of(Topic::Published, b"run-1");
+
+    log.begin_group();
+    log.append(Topic::Ledger, &rec("close")).unwrap();
+    // The run's event stands on its close; the dispatch note on the event.
+    log.append(Topic::Published, &rec("event")).unwrap();
+    log.append(Topic::Ledger, &rec("dispatched")).unwrap();
+    let sync = log.seal_group().unwrap();
+    assert!(
+        topic_bytes(d.path(), Topic::Ledger) > 0,
+        "the close written"
+    );
+    assert_eq!(
+        topic_bytes(d.path(), Topic::Published),
+        0,
+        "the event must not reach its file before the close is durable"
+    );
+    // The next group, decided meanwhile, numbers after the held records.
+    log.begin_group();
+    assert_eq!(log.append(Topic::Ledger, &rec("next")).unwrap(), [(lp, 2)]);
+    sync.wait().unwrap();
+    let journal = log.journal.lock().unwrap().clone();
+    assert_eq!(
+        journal,
+        [
+            (format!("ledger/{lp}"), 1),
+            (format!("published/{pp}"), 1),
+            (format!("ledger/{lp}"), 2),
+        ],
+        "close, then event, then the note"
+    );
+    log.end_group().unwrap();
+    drop(log);
+    let log = open(d.path());
+    assert_eq!(
+        payloads(&log, Topic::Ledger, lp),
+        ["close", "dispatched", "next"]
+    );
+    assert_eq!(payloads(&log, Topic::Published, pp), ["event"]);
+}
+
+#[test]
+fn records_held_for_a_later_phase_are_never_overtaken() {
+    let d = tempfile::tempdir().unwrap();
+    let log = open(d.path());
+    let rec = |v: &str| one("run-1", v);
+    log.begin_group();
+    log.append(Topic::Ledger, &rec("close")).unwrap();
+    log.append(Topic::Published, &rec("event")).unwrap();
+    let sync = log.seal_group().unwrap();
+    // Outside a group, an append would take the held event's offset.
+    let err = log.append(Topic::Published, &rec("other")).unwrap_err();
+    assert!(
+        err.to_string().contains("sealed group's records wait"),
+        "{err}"
+    );
+    // A sealed group dropped unwaited never wrote what it held: the log
+    // refuses to seal past it rather than shift offsets already given.
+    drop(sync);
+    log.begin_group();
+    log.append(Topic::Published, &rec("later")).unwrap();
+    let err = match log.seal_group() {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("sealed past a lost group"),
+    };
+    assert!(err.contains("never written"), "{err}");
+    let pp = log.partition_of(Topic::Published, b"run-1");
+    assert_eq!(log.end_offset(Topic::Published, pp).unwrap(), 0);
+}
+
+#[test]
+fn appends_in_sync_order_stay_one_phase() {
+    let d = tempfile::tempdir().unwrap();
+    let log = open(d.path());
+    let rec = |v: &str| one("k", v);
+    log.begin_group();
+    for t in [
+        Topic::Registry,
+        Topic::Published,
+        Topic::Ledger,
+        Topic::Ledger,
+    ] {
+        log.append(t, &rec("x")).unwrap();
+    }
+    let syncs = log.syncs();
+    log.seal_group().unwrap().wait().unwrap();
+    assert_eq!(log.syncs() - syncs, 3, "one sync per partition, one phase");
+    // A registry record after a ledger one may stand on it: a new phase.
+    log.begin_group();
+    log.append(Topic::Ledger, &rec("y")).unwrap();
+    log.append(Topic::Registry, &rec("y")).unwrap();
+    log.seal_group().unwrap().wait().unwrap();
+    let journal = log.journal.lock().unwrap().clone();
+    let lp = log.partition_of(Topic::Ledger, b"k");
+    assert_eq!(
+        journal[journal.len() - 2..],
+        [(format!("ledger/{lp}"), 3), ("registry/0".to_string(), 2)]
+    );
+}
