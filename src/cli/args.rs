@@ -3,9 +3,9 @@
 //! flags, and the parsers of their values. Holds no behaviour.
 
 use super::families::{KeyCommand, ProofCommand, TokenCommand};
+pub use super::kafka_args::KafkaArgs;
 use super::values::{seconds, SealContext};
 use agentledger::apply::MAX_LINE_BYTES;
-use agentledger::log::kafka::SaslMechanism;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -25,57 +25,8 @@ pub struct Cli {
         env = "AGENTLEDGER_DATA"
     )]
     pub data: PathBuf,
-    /// Kafka bootstrap servers; without it the embedded log is used.
-    #[arg(long, global = true, env = "AGENTLEDGER_KAFKA", help_heading = "Kafka")]
-    pub kafka: Option<String>,
-    /// Prefix of every topic name.
-    #[arg(long, global = true, default_value = "", help_heading = "Kafka")]
-    pub topic_prefix: String,
-    /// Seconds to wait for Kafka before giving up with an error.
-    #[arg(long, global = true, default_value_t = 30, help_heading = "Kafka")]
-    pub kafka_timeout: u64,
-    /// Speak TLS to the Kafka brokers, trusting the system's certificate
-    /// authorities (or --kafka-tls-ca).
-    #[arg(long, global = true, help_heading = "Kafka")]
-    pub kafka_tls: bool,
-    /// A PEM file of the certificate authority that signs the Kafka
-    /// brokers' certificates (implies --kafka-tls).
-    #[arg(
-        long,
-        global = true,
-        env = "AGENTLEDGER_KAFKA_TLS_CA",
-        help_heading = "Kafka"
-    )]
-    pub kafka_tls_ca: Option<PathBuf>,
-    /// SASL mechanism to log in to the brokers with: scram-sha-512
-    /// (default), scram-sha-256 or plain (plain only over TLS).
-    #[arg(
-        long,
-        global = true,
-        env = "AGENTLEDGER_KAFKA_SASL_MECHANISM",
-        requires = "kafka_user",
-        help_heading = "Kafka"
-    )]
-    pub kafka_sasl_mechanism: Option<SaslMechanism>,
-    /// SASL user name on the Kafka brokers (with --kafka-password-file).
-    #[arg(
-        long,
-        global = true,
-        env = "AGENTLEDGER_KAFKA_USER",
-        requires = "kafka_password_file",
-        help_heading = "Kafka"
-    )]
-    pub kafka_user: Option<String>,
-    /// A file whose first line is the SASL password (a file, so that the
-    /// password never shows in the process list).
-    #[arg(
-        long,
-        global = true,
-        env = "AGENTLEDGER_KAFKA_PASSWORD_FILE",
-        requires = "kafka_user",
-        help_heading = "Kafka"
-    )]
-    pub kafka_password_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
     /// Seal each task's context records with a key of its own, erased
     /// when the task's context expires or is forgotten: on, off, or auto
     /// (on the embedded log; on Kafka, on when a seal key is there — the

@@ -14,6 +14,7 @@ mod audit;
 mod demo;
 mod families;
 mod inspect;
+mod kafka_args;
 mod mcp;
 mod mcp_relay;
 mod open;
@@ -202,7 +203,7 @@ fn quiet_sled_panics() {
 const APPLY_READ_AHEAD: usize = 1 << 20;
 
 fn run_command(cli: Cli) -> Result<i32> {
-    agentledger::model::ids::check_topic_prefix(&cli.topic_prefix)
+    agentledger::model::ids::check_topic_prefix(&cli.kafka.topic_prefix)
         .map_err(|e| anyhow::anyhow!("--topic-prefix: {e}"))?;
     if cli.data.exists() && !cli.data.is_dir() {
         anyhow::bail!(

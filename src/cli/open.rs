@@ -90,14 +90,14 @@ pub(super) fn options_for(cli: &Cli, signing: bool) -> Result<EngineOptions> {
         seal_context: match cli.seal_context {
             SealContext::On => true,
             SealContext::Off => false,
-            SealContext::Auto => cli.kafka.is_none() || seal_key.is_some(),
+            SealContext::Auto => cli.kafka.brokers.is_none() || seal_key.is_some(),
         },
         seal_key,
         context_ttl_ms: cli.context_ttl_secs.saturating_mul(1000),
         ledger: cli.ledger_id.clone(),
         ..EngineOptions::default()
     };
-    o.embedded.topic_prefix = cli.topic_prefix.clone();
+    o.embedded.topic_prefix = cli.kafka.topic_prefix.clone();
     o.embedded.ledger_partitions = cli.ledger_partitions;
     o.writer = format!(
         "agentledger-{}/{}",
@@ -105,7 +105,7 @@ pub(super) fn options_for(cli: &Cli, signing: bool) -> Result<EngineOptions> {
         std::process::id()
     );
     // On the embedded log catching up is a look at an in-memory offset.
-    if cli.kafka.is_some() {
+    if cli.kafka.brokers.is_some() {
         o.max_staleness = std::time::Duration::from_millis(cli.max_staleness_ms);
     }
     Ok(o)
@@ -114,9 +114,10 @@ pub(super) fn options_for(cli: &Cli, signing: bool) -> Result<EngineOptions> {
 /// TLS and SASL towards the brokers, as the flags ask; the password file is
 /// read here, so that a missing one is named before anything connects.
 pub(super) fn kafka_security(cli: &Cli) -> Result<KafkaSecurity> {
-    let sasl = match (&cli.kafka_user, &cli.kafka_password_file) {
+    let sasl = match (&cli.kafka.kafka_user, &cli.kafka.kafka_password_file) {
         (Some(user), Some(file)) => Some(SaslLogin {
             mechanism: cli
+                .kafka
                 .kafka_sasl_mechanism
                 .unwrap_or(SaslMechanism::ScramSha512),
             user: user.clone(),
@@ -125,24 +126,25 @@ pub(super) fn kafka_security(cli: &Cli) -> Result<KafkaSecurity> {
         _ => None,
     };
     Ok(KafkaSecurity {
-        tls: cli.kafka_tls || cli.kafka_tls_ca.is_some(),
-        tls_ca: cli.kafka_tls_ca.clone(),
+        tls: cli.kafka.kafka_tls || cli.kafka.kafka_tls_ca.is_some(),
+        tls_ca: cli.kafka.kafka_tls_ca.clone(),
         sasl,
     })
 }
 
 pub fn kafka_config(cli: &Cli) -> Result<Option<KafkaConfig>> {
-    let Some(brokers) = &cli.kafka else {
+    let Some(brokers) = &cli.kafka.brokers else {
         return Ok(None);
     };
     let security = kafka_security(cli)?;
     Ok(Some(KafkaConfig {
         brokers: brokers.clone(),
-        topic_prefix: cli.topic_prefix.clone(),
+        topic_prefix: cli.kafka.topic_prefix.clone(),
         ledger_partitions: cli.ledger_partitions,
         replication_factor: cli.replication,
         min_insync_replicas: (cli.replication >= 3).then_some(2),
-        timeout: std::time::Duration::from_secs(cli.kafka_timeout.max(1)),
+        timeout: std::time::Duration::from_secs(cli.kafka.kafka_timeout.max(1)),
+        group_protocol: cli.kafka.kafka_group_protocol,
         security,
         ..KafkaConfig::default()
     }))

@@ -76,7 +76,7 @@ pub fn serve(cli: &Cli, opts: &ServeOptions, shutdown: Arc<AtomicBool>) -> Resul
         checkpoint_every: opts.checkpoint_every,
         say: Arc::new(|what: &str| eprintln!("agentledger: {what}")),
     };
-    let where_ = match &cli.kafka {
+    let where_ = match &cli.kafka.brokers {
         Some(k) => format!("the ledger on Kafka at {k}"),
         None => format!("the ledger in {}", cli.data.display()),
     };

@@ -288,6 +288,13 @@ offsets.topic.num.partitions=10
 transaction.state.log.num.partitions=10
 share.coordinator.state.topic.num.partitions=10
 group.initial.rebalance.delay.ms=0
+# KIP-848 consumer groups (agentledger's default group protocol): a silent
+# member's partitions move after 10 s, as the classic protocol's client
+# setting had them, instead of the broker default of 45 s.
+group.consumer.min.session.timeout.ms=6000
+group.consumer.session.timeout.ms=10000
+group.consumer.min.heartbeat.interval.ms=500
+group.consumer.heartbeat.interval.ms=1000
 num.network.threads=2
 num.io.threads=4
 num.recovery.threads.per.data.dir=1

@@ -22,8 +22,13 @@ pub struct KafkaConfig {
     pub min_insync_replicas: Option<u16>,
     /// Bound of every network wait: connect, metadata, delivery, fetch.
     pub timeout: Duration,
+    /// The consumer group protocol the instances serving one ledger join
+    /// with (see [`GroupProtocol`]).
+    pub group_protocol: GroupProtocol,
     /// How long the group waits for a silent instance before handing its
-    /// ledger partitions to the others (`session.timeout.ms`).
+    /// ledger partitions to the others (`session.timeout.ms`), on the
+    /// classic protocol; on the consumer protocol the broker's
+    /// `group.consumer.session.timeout.ms` rules.
     pub group_session_timeout: Duration,
     /// TLS and SASL towards the brokers.
     pub security: KafkaSecurity,
@@ -49,8 +54,48 @@ impl Default for KafkaConfig {
             replication_factor: 1,
             min_insync_replicas: None,
             timeout: Duration::from_secs(30),
+            group_protocol: GroupProtocol::Consumer,
             group_session_timeout: Duration::from_secs(10),
             security: KafkaSecurity::default(),
+        }
+    }
+}
+
+/// How the instances of one ledger form their group. Both rebalance
+/// incrementally: a member keeps the partitions that do not move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupProtocol {
+    /// KIP-848's protocol (Kafka 4.0 and later): the broker assigns, and
+    /// its `group.consumer.session.timeout.ms` (45 s by default) and
+    /// `group.consumer.heartbeat.interval.ms` say how soon a silent
+    /// instance's partitions move.
+    #[default]
+    Consumer,
+    /// The classic protocol with the `cooperative-sticky` assignor (brokers
+    /// before 4.0); the session timeout is the client's
+    /// ([`KafkaConfig::group_session_timeout`]).
+    Classic,
+}
+
+impl std::fmt::Display for GroupProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GroupProtocol::Consumer => "consumer",
+            GroupProtocol::Classic => "classic",
+        })
+    }
+}
+
+impl std::str::FromStr for GroupProtocol {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "consumer" => Ok(GroupProtocol::Consumer),
+            "classic" => Ok(GroupProtocol::Classic),
+            _ => Err(format!(
+                "unknown group protocol {s:?} (expected consumer or classic)"
+            )),
         }
     }
 }

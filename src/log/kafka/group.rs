@@ -7,20 +7,26 @@
 //! keeps its offsets with the views. It exists for the protocol alone —
 //! heartbeats, rebalances, and leaving the group when dropped, so that a
 //! stopped instance's partitions move at once rather than after the
-//! session timeout. The classic (eager) protocol revokes every partition
-//! from every member before handing any out again, and an instance serves
-//! the protocol only between dispatch sweeps, so two instances never
-//! dispatch one partition at the same time while both are alive; should a
-//! stalled one be taken out of the group mid-sweep, its late records are
-//! caught as a `conflict` when it commits.
+//! session timeout.
+//!
+//! Rebalances are incremental: only the partitions that must move are
+//! revoked, a member keeps the others throughout (KIP-848's consumer
+//! protocol by default, `cooperative-sticky` on the classic one). Either
+//! way the coordinator hands a partition to its new owner only after the
+//! old owner has let it go, and an instance serves the protocol — lets
+//! go — only between dispatch sweeps, so two instances never dispatch one
+//! partition at the same time while both are alive; should a stalled one
+//! be taken out of the group mid-sweep, its late records are caught as a
+//! `conflict` when it commits.
 
-use super::config::{base_config, log_to_tracing, ms, KafkaConfig};
+use super::config::{base_config, log_to_tracing, ms, GroupProtocol, KafkaConfig};
 use crate::log::group::Membership;
 use crate::log::LogError;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::TopicPartitionList;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,35 +49,55 @@ impl ClientContext for GroupCtx {
     }
 }
 
+impl GroupCtx {
+    fn partitions(&self, tpl: &TopicPartitionList) -> BTreeSet<u32> {
+        tpl.elements_for_topic(&self.topic)
+            .iter()
+            .filter_map(|e| u32::try_from(e.partition()).ok())
+            .collect()
+    }
+}
+
 impl ConsumerContext for GroupCtx {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        // Give up ownership before the partitions are gone, not after.
-        if !matches!(rebalance, Rebalance::Assign(_)) {
+        // Give up ownership before the partitions are gone, not after —
+        // only of those revoked (all of them, on an eager protocol).
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let revoked = self.partitions(tpl);
             let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
-            if !owned.is_empty() {
-                tracing::info!(partitions = ?*owned, "ledger partitions revoked");
-            }
-            owned.clear();
+            owned.retain(|p| !revoked.contains(p));
+            tracing::info!(revoked = ?revoked, kept = ?*owned, "ledger partitions revoked");
         }
     }
 
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let Rebalance::Assign(tpl) = rebalance else {
-            if let Rebalance::Error(e) = rebalance {
-                tracing::warn!("group rebalance failed: {e}; owning no partition until the next");
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                // Paused at once: this consumer never reads a record.
+                if let Err(e) = consumer.pause(tpl) {
+                    tracing::warn!("cannot pause the group consumer's partitions: {e}");
+                }
             }
-            return;
-        };
-        if let Err(e) = consumer.pause(tpl) {
-            tracing::warn!("cannot pause the group consumer's partitions: {e}");
+            Rebalance::Error(e) => tracing::warn!("group rebalance failed: {e}"),
+            Rebalance::Revoke(_) => {}
         }
-        let parts: BTreeSet<u32> = tpl
-            .elements_for_topic(&self.topic)
-            .iter()
-            .filter_map(|e| u32::try_from(e.partition()).ok())
-            .collect();
-        tracing::info!(partitions = ?parts, "ledger partitions assigned");
-        *self.owned.lock().unwrap_or_else(|e| e.into_inner()) = parts;
+        // What the client holds now, whatever the event carried: an
+        // incremental assignment names only what it adds, an eager one
+        // everything, and after an error only the client knows.
+        let now = match consumer.assignment() {
+            Ok(a) => self.partitions(&a),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot read the group assignment ({e}); owning none until the next"
+                );
+                BTreeSet::new()
+            }
+        };
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        if *owned != now {
+            tracing::info!(partitions = ?now, "ledger partitions owned");
+        }
+        *owned = now;
     }
 }
 
@@ -80,6 +106,7 @@ pub(super) struct KafkaMembership {
     owned: Owned,
     group: String,
     brokers: String,
+    protocol: GroupProtocol,
 }
 
 impl KafkaMembership {
@@ -93,15 +120,27 @@ impl KafkaMembership {
         c.set("group.id", &group_id)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "false")
-            .set(
-                "session.timeout.ms",
-                ms(config.group_session_timeout).max(1).to_string(),
-            )
-            .set(
-                "heartbeat.interval.ms",
-                (ms(config.group_session_timeout) / 4).max(1).to_string(),
-            );
+            .set("enable.partition.eof", "false");
+        match config.group_protocol {
+            // The broker's `group.consumer.session.timeout.ms` and
+            // `group.consumer.heartbeat.interval.ms` rule; the client may
+            // not set its own.
+            GroupProtocol::Consumer => {
+                c.set("group.protocol", "consumer");
+            }
+            GroupProtocol::Classic => {
+                c.set("group.protocol", "classic")
+                    .set("partition.assignment.strategy", "cooperative-sticky")
+                    .set(
+                        "session.timeout.ms",
+                        ms(config.group_session_timeout).max(1).to_string(),
+                    )
+                    .set(
+                        "heartbeat.interval.ms",
+                        (ms(config.group_session_timeout) / 4).max(1).to_string(),
+                    );
+            }
+        }
         let consumer: BaseConsumer<GroupCtx> = c
             .create_with_context(GroupCtx {
                 topic: ledger_topic.to_string(),
@@ -119,6 +158,7 @@ impl KafkaMembership {
             owned,
             group: group_id,
             brokers: config.brokers.clone(),
+            protocol: config.group_protocol,
         })
     }
 }
@@ -141,6 +181,9 @@ impl Membership for KafkaMembership {
     }
 
     fn describe(&self) -> String {
-        format!("member of group {:?} on {}", self.group, self.brokers)
+        format!(
+            "member of group {:?} on {} ({} protocol)",
+            self.group, self.brokers, self.protocol
+        )
     }
 }

@@ -50,7 +50,7 @@ use super::{Log, LogError, LogRecord};
 use crate::model::Topic;
 use admin::{ensure_topics, probe};
 use config::base_config;
-pub use config::KafkaConfig;
+pub use config::{GroupProtocol, KafkaConfig};
 use produce::{Appender, Ctx, Producers};
 use rdkafka::admin::AdminClient;
 use rdkafka::consumer::{BaseConsumer, Consumer};
