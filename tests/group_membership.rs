@@ -8,7 +8,7 @@
 
 mod common;
 
-use agentledger::log::group::Membership;
+use agentledger::log::group::{Member, Membership};
 use agentledger::log::kafka::{GroupProtocol, KafkaLog};
 use agentledger::log::Log;
 use agentledger::model::Topic;
@@ -133,4 +133,62 @@ fn consumer_protocol_joins_and_leaves_move_only_what_must() {
 #[test]
 fn classic_cooperative_joins_and_leaves_move_only_what_must() {
     joins_and_leaves_move_only_what_must("group_classic", GroupProtocol::Classic);
+}
+
+fn announced(id: &str, owned: &BTreeSet<u32>) -> Member {
+    Member {
+        id: id.to_string(),
+        url: Some(format!("http://{id}.example:7000")),
+        owned: owned.clone(),
+        epoch: 1,
+        at_ms: 1_700_000_000_000,
+    }
+}
+
+/// What `m` lists, once `done` holds of it (within 60 s).
+fn members_until(
+    m: &mut Box<dyn Membership>,
+    what: &str,
+    done: impl Fn(&[Member]) -> bool,
+) -> Vec<Member> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = m.members().unwrap();
+        if done(&seen) {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "{what}: {seen:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_members_topic_tells_every_instance_who_owns_what_and_forgets_who_left() {
+    let (a, b) = logs("group_roster", GroupProtocol::Consumer);
+    let mut members = vec![a.join("serve").unwrap(), b.join("serve").unwrap()];
+    let (_, shares) = settle(&mut members, "two members");
+    let (ma, mb) = (announced("a", &shares[0]), announced("b", &shares[1]));
+    members[0].announce(&ma).unwrap();
+    members[1].announce(&mb).unwrap();
+    for m in members.iter_mut() {
+        let seen = members_until(m, "both announced", |s| s.len() == 2);
+        assert_eq!(
+            seen,
+            [ma.clone(), mb.clone()],
+            "exactly as announced, by id"
+        );
+    }
+    // A later announcement replaces the earlier one.
+    let moved = Member {
+        epoch: 2,
+        ..ma.clone()
+    };
+    members[0].announce(&moved).unwrap();
+    members_until(&mut members[1], "a's second announcement", |s| {
+        s.first().is_some_and(|m| m.epoch == 2)
+    });
+    // Leaving writes a tombstone: b stops listing a.
+    drop(members.remove(0));
+    let seen = members_until(&mut members[0], "a gone", |s| s.len() == 1);
+    assert_eq!(seen, [mb]);
 }

@@ -489,6 +489,11 @@ pub enum Command {
         /// it listens on are always answered.
         #[arg(long, value_name = "NAME", requires = "listen")]
         allowed_host: Vec<String>,
+        /// The URL the other instances reach this one by (`GET
+        /// /v1/cluster`); default: http(s):// and the address it listens
+        /// on, unless that is a wildcard address.
+        #[arg(long, value_name = "URL", requires = "listen")]
+        advertise: Option<String>,
     },
     /// Follow the agent events actually published, as JSON lines.
     #[command(

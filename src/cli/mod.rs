@@ -427,6 +427,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             jwt_principal_claim,
             witness_key,
             allowed_host,
+            advertise,
         } => serve::serve(
             &cli,
             &serve::ServeOptions {
@@ -480,6 +481,7 @@ fn run_command(cli: Cli) -> Result<i32> {
                         })
                         .collect::<Result<Vec<_>>>()?,
                     allowed_hosts: allowed_host.clone(),
+                    advertise: advertise.clone(),
                 },
             },
             serve::shutdown_flag(),

@@ -281,6 +281,7 @@ pub trait Log: Send + Sync {
         let _ = group;
         Ok(Box::new(group::Alone {
             partitions: self.partitions(Topic::Ledger),
+            me: None,
         }))
     }
 }

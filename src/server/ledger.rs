@@ -44,6 +44,19 @@ pub struct LoopOptions {
     pub dispatch: bool,
 }
 
+/// What the serve loop shares with the server around it.
+pub(crate) struct Shared<'a> {
+    /// Set to stop the loop (the jobs already sent are answered).
+    pub(crate) stop: &'a AtomicBool,
+    /// Set once the views have caught up with the log.
+    pub(crate) ready: &'a AtomicBool,
+    pub(crate) metrics: &'a Metrics,
+    /// Counts the handles (see `LedgerHandle::_alive`).
+    pub(crate) handles: &'a Arc<()>,
+    /// The group's members, for `GET /v1/cluster`.
+    pub(crate) cluster: &'a std::sync::Mutex<super::cluster::ClusterView>,
+}
+
 pub use crate::protocol::Line;
 
 /// Who sent a request, as far as the transport could tell: the operator
@@ -133,6 +146,8 @@ pub struct LedgerHandle {
     /// Set when the thread has ended (stopped, or failed).
     pub ended: Arc<AtomicBool>,
     pub metrics: Arc<Metrics>,
+    /// The group's members as the serve loop last read them.
+    pub cluster: Arc<std::sync::Mutex<super::cluster::ClusterView>>,
     /// Spans made outside the ledger thread (one per MCP request), waiting
     /// for the OTLP exporter; `None` when the server exports none.
     pub live_spans: Option<Arc<std::sync::Mutex<std::collections::VecDeque<SpanData>>>>,
@@ -206,6 +221,7 @@ pub fn channel(log: Arc<dyn Log>, metrics: Arc<Metrics>) -> (LedgerHandle, Jobs)
         ready: Arc::new(AtomicBool::new(true)),
         ended: Arc::new(AtomicBool::new(false)),
         metrics: metrics.clone(),
+        cluster: Default::default(),
         live_spans: None,
         _alive: Arc::new(()),
     };

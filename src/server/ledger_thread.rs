@@ -9,8 +9,9 @@ use crate::error::LedgerError;
 use crate::model::Topic;
 pub use crate::protocol::Line;
 use crate::protocol::{self, Reply};
+use crate::server::cluster::{Announcer, ClusterView};
 use crate::server::ledger::{
-    grant_of, Caller, Job, Jobs, LedgerHandle, LoopOptions, OpsAnswer, Summary,
+    grant_of, Caller, Job, Jobs, LedgerHandle, LoopOptions, OpsAnswer, Shared, Summary,
 };
 use crate::server::metrics::Metrics;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,6 +64,11 @@ pub fn start(
     let thread_ready = ready.clone();
     let thread_ended = ended.clone();
     let thread_metrics = metrics.clone();
+    let cluster = Arc::new(std::sync::Mutex::new(ClusterView {
+        group: opts.group.clone(),
+        ..ClusterView::default()
+    }));
+    let thread_cluster = cluster.clone();
     let thread = std::thread::Builder::new()
         .name("agentledger-ledger".into())
         .spawn(move || {
@@ -88,10 +94,13 @@ pub fn start(
                 engine,
                 rx,
                 &opts,
-                &stop,
-                &thread_ready,
-                &thread_metrics,
-                &loop_handles,
+                Shared {
+                    stop: &stop,
+                    ready: &thread_ready,
+                    metrics: &thread_metrics,
+                    handles: &loop_handles,
+                    cluster: &thread_cluster,
+                },
             );
             if let Some(w) = watcher {
                 // It looks at the stop flag at least every 100 ms.
@@ -127,6 +136,7 @@ pub fn start(
             ready,
             ended,
             metrics,
+            cluster,
             live_spans,
             _alive: handles,
         },
@@ -172,12 +182,17 @@ pub(crate) fn serve_loop(
     mut engine: Engine,
     rx: mpsc::Receiver<Job>,
     opts: &LoopOptions,
-    stop: &AtomicBool,
-    ready: &AtomicBool,
-    metrics: &Metrics,
-    handles: &Arc<()>,
+    shared: Shared<'_>,
 ) -> Result<Summary, LedgerError> {
+    let Shared {
+        stop,
+        ready,
+        metrics,
+        handles,
+        cluster,
+    } = shared;
     let mut member = engine.log().join(&opts.group)?;
+    let mut announcer = Announcer::default();
     tracing::info!(
         "serving {} as {}",
         engine.log().describe(),
@@ -232,6 +247,7 @@ pub(crate) fn serve_loop(
             continue;
         }
         let owned = member.owned()?;
+        announcer.turn(&mut *member, engine.writer(), &owned, cluster);
         if owned_before.as_ref() != Some(&owned) {
             (opts.say)(&format!(
                 "dispatching ledger partitions {:?}",

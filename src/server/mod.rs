@@ -8,6 +8,7 @@
 
 mod access;
 mod answer;
+pub mod cluster;
 pub mod events;
 pub mod intake;
 pub mod ledger;
@@ -236,10 +237,18 @@ fn listen_until(
         if !bound.ip().is_unspecified() {
             opts.allowed_hosts.push(bound.ip().to_string());
         }
+        let url = format!("{}://{bound}", if tls.is_some() { "https" } else { "http" });
+        handle
+            .cluster
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .advertise = opts
+            .advertise
+            .clone()
+            .or_else(|| (!bound.ip().is_unspecified()).then(|| url.clone()));
         let state = AppState::new(handle, opts, stopping_rx, &session);
         let file = addr_file(data);
         let tmp = file.with_extension("addr.tmp");
-        let url = format!("{}://{bound}", if tls.is_some() { "https" } else { "http" });
         crate::log::private_files::write(&tmp, format!("{url}\n"))
             .and_then(|_| std::fs::rename(&tmp, &file))
             .map_err(|e| LedgerError::io(format!("writing {}", file.display()), e))?;

@@ -1,5 +1,6 @@
-//! What an operator watches and starts: `/metrics`, `/readyz` and the
-//! rebuild of the views beside the live ones.
+//! What an operator watches and starts: `/metrics`, `/readyz`, who serves
+//! the ledger (`/v1/cluster`) and the rebuild of the views beside the
+//! live ones.
 
 use super::access::{admitted, caller, read_job, Asked, Permit};
 use super::answer::{failure_response, gone, timed_out};
@@ -92,4 +93,25 @@ pub(super) async fn ready(State(s): State<AppState>) -> Response {
         )
             .into_response()
     }
+}
+
+/// `GET /v1/cluster`: the members of the group serving this ledger, where
+/// each answers and what each owns (any authenticated reader).
+pub(super) async fn cluster(State(s): State<AppState>, headers: Asked) -> Response {
+    let response = match admitted(&s, &headers, Permit::Read).await {
+        Ok(_) => {
+            let view = s
+                .ledger
+                .cluster
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            axum::Json(view).into_response()
+        }
+        Err(r) => r,
+    };
+    s.ledger
+        .metrics
+        .http("/v1/cluster", response.status().as_u16());
+    response
 }

@@ -47,6 +47,9 @@ pub struct HttpOptions {
     /// ones (DNS-rebinding protection): the bound address, and the names
     /// the server is reached by (`--allowed-host`).
     pub allowed_hosts: Vec<String>,
+    /// Where the other instances reach this one (`--advertise`); by
+    /// default the address it listens on, unless a wildcard.
+    pub advertise: Option<String>,
 }
 
 impl Default for HttpOptions {
@@ -64,6 +67,7 @@ impl Default for HttpOptions {
             jwt: None,
             witnesses: Vec::new(),
             allowed_hosts: Vec::new(),
+            advertise: None,
         }
     }
 }

@@ -20,7 +20,8 @@
 //! `conflict` when it commits.
 
 use super::config::{base_config, log_to_tracing, ms, GroupProtocol, KafkaConfig};
-use crate::log::group::Membership;
+use super::members::Roster;
+use crate::log::group::{Member, Membership};
 use crate::log::LogError;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -107,6 +108,7 @@ pub(super) struct KafkaMembership {
     group: String,
     brokers: String,
     protocol: GroupProtocol,
+    roster: Roster,
 }
 
 impl KafkaMembership {
@@ -159,6 +161,7 @@ impl KafkaMembership {
             group: group_id,
             brokers: config.brokers.clone(),
             protocol: config.group_protocol,
+            roster: Roster::open(config)?,
         })
     }
 }
@@ -178,6 +181,14 @@ impl Membership for KafkaMembership {
             Some(Ok(_)) | None => {}
         }
         Ok(self.owned.lock().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+
+    fn announce(&mut self, me: &Member) -> Result<(), LogError> {
+        self.roster.announce(me)
+    }
+
+    fn members(&mut self) -> Result<Vec<Member>, LogError> {
+        self.roster.members()
     }
 
     fn describe(&self) -> String {

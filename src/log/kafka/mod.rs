@@ -42,6 +42,7 @@
 mod admin;
 mod config;
 mod group;
+mod members;
 mod produce;
 mod read;
 mod security;

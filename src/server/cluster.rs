@@ -1,0 +1,127 @@
+//! Who serves this ledger: the serve loop announces this instance to the
+//! group (its id, URL, the partitions it owns) whenever what it owns
+//! changes and every few seconds, and keeps every member's last
+//! announcement for `GET /v1/cluster` (answered in `operate`). On the embedded log the only
+//! member is this instance, owning every partition.
+
+use crate::log::group::{Member, Membership};
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How often an instance announces itself when nothing changed.
+const ANNOUNCE_EVERY: Duration = Duration::from_secs(5);
+
+/// An announcement older than this is from an instance that stopped
+/// announcing: died, or paused.
+const STALE_AFTER: Duration = Duration::from_secs(15);
+
+/// What `GET /v1/cluster` answers.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ClusterView {
+    /// The consumer group the instances share the partitions in.
+    pub group: String,
+    /// This instance's id.
+    pub me: String,
+    /// Where this instance answers (`--advertise`, or the address it
+    /// listens on unless that is a wildcard address).
+    pub advertise: Option<String>,
+    pub members: Vec<MemberView>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MemberView {
+    #[serde(flatten)]
+    pub member: Member,
+    /// How old its last announcement is.
+    pub age_ms: u64,
+    /// Whether it stopped announcing (older than 15 s).
+    pub stale: bool,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The serve loop's side: when to announce, and the view it keeps.
+#[derive(Default)]
+pub(crate) struct Announcer {
+    /// This instance's id: its writer name and a random tag, so that two
+    /// hosts' processes of the same pid are told apart.
+    id: Option<String>,
+    last: Option<Instant>,
+    owned: Option<BTreeSet<u32>>,
+    /// The URL last announced: the listener binds after the loop starts.
+    url: Option<String>,
+    epoch: u64,
+}
+
+impl Announcer {
+    /// Announce this instance if what it owns changed or the last
+    /// announcement is getting old, then read the members into `view`.
+    /// The group's own protocol, not these, decides ownership: a failure
+    /// here is logged and tried again next turn.
+    pub(crate) fn turn(
+        &mut self,
+        member: &mut dyn Membership,
+        writer: &str,
+        owned: &BTreeSet<u32>,
+        view: &Mutex<ClusterView>,
+    ) {
+        let id = self
+            .id
+            .get_or_insert_with(|| {
+                let mut tag = [0u8; 4];
+                let _ = getrandom::fill(&mut tag);
+                format!("{writer}#{}", hex::encode(tag))
+            })
+            .clone();
+        let id = id.as_str();
+        let changed = self.owned.as_ref() != Some(owned);
+        let url = view
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .advertise
+            .clone();
+        if changed || url != self.url || self.last.is_none_or(|t| t.elapsed() >= ANNOUNCE_EVERY) {
+            self.epoch += u64::from(changed);
+            self.url = url.clone();
+            let me = Member {
+                id: id.to_string(),
+                url,
+                owned: owned.clone(),
+                epoch: self.epoch,
+                at_ms: now_ms(),
+            };
+            if let Err(e) = member.announce(&me) {
+                tracing::warn!("announcing this instance to the group: {e}");
+            }
+            self.owned = Some(owned.clone());
+            self.last = Some(Instant::now());
+        }
+        let members = match member.members() {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!("reading the group's members: {e}");
+                return;
+            }
+        };
+        let now = now_ms();
+        let mut v = view.lock().unwrap_or_else(|e| e.into_inner());
+        v.me = id.to_string();
+        v.members = members
+            .into_iter()
+            .map(|member| {
+                let age_ms = now.saturating_sub(member.at_ms);
+                MemberView {
+                    member,
+                    age_ms,
+                    stale: age_ms > STALE_AFTER.as_millis() as u64,
+                }
+            })
+            .collect();
+    }
+}
