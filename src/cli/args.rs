@@ -4,7 +4,7 @@
 
 use super::families::{KeyCommand, ProofCommand, TokenCommand};
 pub use super::kafka_args::KafkaArgs;
-use super::values::{seconds, SealContext};
+use super::values::{advertised_url, seconds, SealContext};
 use agentledger::apply::MAX_LINE_BYTES;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -492,7 +492,7 @@ pub enum Command {
         /// The URL the other instances reach this one by (`GET
         /// /v1/cluster`); default: http(s):// and the address it listens
         /// on, unless that is a wildcard address.
-        #[arg(long, value_name = "URL", requires = "listen")]
+        #[arg(long, value_name = "URL", requires = "listen", value_parser = advertised_url)]
         advertise: Option<String>,
     },
     /// Follow the agent events actually published, as JSON lines.
