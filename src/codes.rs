@@ -126,6 +126,11 @@ codes! {
     Timeout = "timeout",
     /// The server is stopping.
     ShuttingDown = "shutting_down",
+    /// The instance asked does not decide the chain's ledger partition
+    /// (ownership moved while the request was forwarded, or the owner
+    /// could not be reached); ask again in a moment (HTTP 503 with
+    /// `Retry-After`).
+    NotOwner = "not_owner",
 }
 
 impl Code {

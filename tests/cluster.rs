@@ -7,7 +7,7 @@ mod common;
 
 use common::server::{self, Server};
 use common::Backend;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -80,28 +80,8 @@ fn an_advertised_url_is_what_the_others_are_told() {
 
 #[test]
 fn on_kafka_every_instance_lists_every_member_and_what_it_owns() {
-    let Backend::Kafka(k) = Backend::kafka("cluster_pair") else {
-        unreachable!("a Kafka backend")
-    };
-    let kafka = (k.brokers.clone(), k.topic_prefix.clone());
-    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let sa = server::start(a.path(), Some(&kafka), &[]);
-    let sb = server::start(b.path(), Some(&kafka), &[]);
+    let (_dirs, sa, sb) = pair("cluster_pair");
     // Both listed by each, owning the four partitions between them.
-    let settled = |v: &Value| {
-        let Some(m) = v["members"].as_array() else {
-            return false;
-        };
-        if m.iter().any(|m| m["url"].is_null()) {
-            return false;
-        }
-        let shares: Vec<BTreeSet<u64>> = m.iter().map(owned).collect();
-        let all: BTreeSet<u64> = shares.iter().flatten().copied().collect();
-        m.len() == 2
-            && shares.iter().all(|s| !s.is_empty())
-            && shares.iter().map(BTreeSet::len).sum::<usize>() == 4
-            && all.len() == 4
-    };
     let va = cluster_until(&sa, "a sees both settled", settled);
     let vb = cluster_until(&sb, "b sees both settled", settled);
     let urls: BTreeSet<String> = va["members"]
@@ -127,4 +107,230 @@ fn on_kafka_every_instance_lists_every_member_and_what_it_owns() {
             .is_some_and(|m| m.len() == 1 && owned(&m[0]).len() == 4)
     });
     assert_eq!(v["members"][0]["url"], sa.url.as_str());
+}
+
+/// Two `serve --listen` instances on the same Kafka topics, and their
+/// data dirs.
+fn pair(test: &str) -> ([tempfile::TempDir; 2], Server, Server) {
+    let Backend::Kafka(k) = Backend::kafka(test) else {
+        unreachable!("a Kafka backend")
+    };
+    let kafka = (k.brokers.clone(), k.topic_prefix.clone());
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sa = server::start(a.path(), Some(&kafka), &[]);
+    let sb = server::start(b.path(), Some(&kafka), &[]);
+    ([a, b], sa, sb)
+}
+
+/// Both instances of a pair listed by each, with URLs, sharing the four
+/// partitions.
+fn settled(v: &Value) -> bool {
+    let Some(m) = v["members"].as_array() else {
+        return false;
+    };
+    if m.iter().any(|m| m["url"].is_null() || m["stale"] == true) {
+        return false;
+    }
+    let shares: Vec<BTreeSet<u64>> = m.iter().map(owned).collect();
+    let all: BTreeSet<u64> = shares.iter().flatten().copied().collect();
+    m.len() == 2
+        && shares.iter().all(|s| !s.is_empty())
+        && shares.iter().map(BTreeSet::len).sum::<usize>() == 4
+        && all.len() == 4
+}
+
+/// POST `body` (ndjson when it has several lines) with `token` and any
+/// `extra` headers: the status, the `Retry-After` header and the text.
+fn post(
+    url: &str,
+    token: &str,
+    body: &str,
+    extra: &[(&str, &str)],
+) -> (u16, Option<String>, String) {
+    let mut r = server::client()
+        .post(format!("{url}/v1/ops"))
+        .bearer_auth(token)
+        .header(
+            "content-type",
+            if body.trim().contains('\n') {
+                "application/x-ndjson"
+            } else {
+                "application/json"
+            },
+        );
+    for (k, v) in extra {
+        r = r.header(*k, *v);
+    }
+    let r = r.body(body.to_string()).send().unwrap();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    (r.status().as_u16(), retry, r.text().unwrap())
+}
+
+/// The forwarded-requests counter of an instance's `/metrics`.
+fn forwarded(s: &Server) -> u64 {
+    let text = server::http(&s.url)
+        .get(format!("{}/metrics", s.url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("agentledger_forwarded_requests_total "))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// Each step of a run's trail as `s` answers it: (partition, writer).
+fn trail(s: &Server, token: &str, run: &str) -> Vec<(u64, String)> {
+    let r = server::client()
+        .get(format!("{}/v1/runs/{run}/trail", s.url))
+        .bearer_auth(token)
+        .send()
+        .unwrap();
+    if r.status().as_u16() != 200 {
+        return Vec::new();
+    }
+    r.text()
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (
+                v["partition"].as_u64().unwrap(),
+                v["writer"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn on_kafka_any_instance_takes_any_request_and_the_owner_decides_it() {
+    let (_dirs, sa, sb) = pair("cluster_forward");
+    let va = cluster_until(&sa, "a sees both settled", settled);
+    cluster_until(&sb, "b sees both settled", settled);
+    // A ledger token means the same to both (the operator's session
+    // token is each instance's own, and is decided where it is shown).
+    let token = server::issue(&sa.url, "operator", &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while post(
+        &sb.url,
+        &token,
+        r#"{"op":"publish_agent","agent":"worker","scope":"s"}"#,
+        &[],
+    )
+    .0 != 200
+    {
+        assert!(Instant::now() < deadline, "b never learned the token");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Each run opened through one instance and closed through the other:
+    // every operation answered ok, none unknown_run or conflict.
+    let (one, two) = (&sa, &sb);
+    let runs: Vec<String> = (0..16).map(|i| format!("fw-{i}")).collect();
+    for (i, run) in runs.iter().enumerate() {
+        let (first, then) = if i % 2 == 0 { (one, two) } else { (two, one) };
+        let open = format!(r#"{{"op":"open_run","run":"{run}","agent":"worker"}}"#);
+        let (status, _, text) = post(&first.url, &token, &open, &[]);
+        assert_eq!(status, 200, "open {run}: {text}");
+        let close = format!(r#"{{"op":"close_run","run":"{run}","status":"succeeded"}}"#);
+        let (status, _, text) = post(&then.url, &token, &close, &[]);
+        assert_eq!(status, 200, "close {run}: {text}");
+    }
+    // An ndjson body spanning both instances' partitions, answered in order.
+    let body: String = (0..8)
+        .map(|i| format!("{{\"op\":\"open_run\",\"run\":\"nd-{i}\",\"agent\":\"worker\"}}\n"))
+        .collect();
+    let (status, _, text) = post(&sa.url, &token, &body, &[]);
+    assert_eq!(status, 200, "{text}");
+    let answers: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 8, "{text}");
+    for (i, a) in answers.iter().enumerate() {
+        assert_eq!(
+            (&a["ok"], &a["run"]),
+            (&json!(true), &json!(format!("nd-{i}"))),
+            "{text}"
+        );
+    }
+    // Both forwarded, and every step was written by its partition's owner.
+    assert!(forwarded(&sa) > 0 && forwarded(&sb) > 0);
+    let owners: std::collections::BTreeMap<u64, String> = va["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| {
+            let writer = m["id"]
+                .as_str()
+                .unwrap()
+                .split('#')
+                .next()
+                .unwrap()
+                .to_string();
+            owned(m).into_iter().map(move |p| (p, writer.clone()))
+        })
+        .collect();
+    for run in &runs {
+        let steps = trail(&sa, &token, run);
+        assert!(steps.len() >= 2, "{run}: {steps:?}");
+        for (p, writer) in &steps {
+            assert_eq!(&owners[p], writer, "{run}: {steps:?}");
+        }
+        // The same trail from the other instance, once it has caught up.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while trail(&sb, &token, run) != steps {
+            assert!(Instant::now() < deadline, "b's trail of {run}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // A forwarded request for a chain this instance does not own (its
+    // owner moved meanwhile) is refused, retryably, not decided or sent on.
+    let a_writes_as = va["me"].as_str().unwrap().split('#').next().unwrap();
+    let run = runs
+        .iter()
+        .find(|r| owners[&trail(&sa, &token, r)[0].0] != a_writes_as)
+        .unwrap();
+    let read = format!(r#"{{"op":"read_artifact","run":"{run}","name":"x"}}"#);
+    let (status, retry, text) = post(
+        &sa.url,
+        &token,
+        &read,
+        &[("x-agentledger-forwarded-by", "test")],
+    );
+    assert_eq!((status, retry.as_deref()), (503, Some("1")), "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["code"], "not_owner", "{text}");
+    // Reads of a chain go to its owner too (its views hold every step it
+    // decided), and a forwarded read is answered by the owner only.
+    let before = forwarded(&sa);
+    assert!(trail(&sa, &token, run).len() >= 2);
+    assert_eq!(forwarded(&sa), before + 1);
+    let r = server::client()
+        .get(format!("{}/v1/runs/{run}/trail", sa.url))
+        .bearer_auth(&token)
+        .header("x-agentledger-forwarded-by", "test")
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["error"]["code"], "not_owner", "{v}");
+    // A token scoped elsewhere is refused by the owner through either instance.
+    let stranger = server::issue(&sa.url, "platform:other", &["elsewhere"]);
+    let close = r#"{"op":"close_run","run":"nd-0","status":"failed"}"#;
+    for s in [&sa, &sb] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, _, text) = post(&s.url, &stranger, close, &[]);
+            if status == 401 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            assert_eq!(status, 403, "{text}");
+            break;
+        }
+    }
 }

@@ -13,6 +13,7 @@ mod dispatcher;
 mod open;
 mod options;
 mod pipeline;
+mod placement;
 pub mod published;
 mod rebuilding;
 mod refusals;
@@ -29,6 +30,7 @@ pub use dispatcher::{DispatchAnswer, OpenedListener, RefusedListener, WithheldRu
 pub(crate) use open::guarded;
 pub use open::DataDir;
 pub use options::{system_clock, Clock, EngineOptions, DEFAULT_CONTEXT_TTL_MS};
+pub use placement::{Owner, Placement, Referral, Whose};
 pub use registry::{PublishAgent, PublishAnswer};
 pub use runs::{CloseAnswer, CloseRun, OpenAnswer, ReadAnswer};
 
@@ -93,6 +95,10 @@ pub struct Engine {
     /// Refusals of principals that write nothing, kept at most once a
     /// minute each (see `refusals`).
     refusals: refusals::RefusalLimit,
+    /// Who decides which ledger partition, in a cluster (see `placement`).
+    placement: Option<Placement>,
+    /// Whether requests another instance decides are referred there.
+    referring: bool,
     _lock: Option<File>,
 }
 
@@ -183,6 +189,8 @@ impl Engine {
             data: None,
             rebuild: Default::default(),
             refusals: Default::default(),
+            placement: None,
+            referring: false,
             _lock: None,
         }
     }

@@ -64,6 +64,12 @@ pub struct Done<T> {
 pub struct Failure {
     pub ok: False,
     pub error: ErrorBody,
+    /// Where the request belongs, when this instance does not decide its
+    /// ledger partition (`not_owner`): the HTTP face forwards it there.
+    /// Never on the wire.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub referral: Option<Box<crate::engine::Referral>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -80,6 +86,7 @@ impl Failure {
                 code,
                 message: message.into(),
             },
+            referral: None,
         }
     }
 }
@@ -95,6 +102,15 @@ pub enum Reply {
 impl Reply {
     pub fn is_ok(&self) -> bool {
         matches!(self, Reply::Done(_))
+    }
+
+    /// Where the request belongs, when this instance referred it to the
+    /// owner of its chain's partition instead of deciding it.
+    pub fn referral(&self) -> Option<&crate::engine::Referral> {
+        match self {
+            Reply::Failed(f) => f.referral.as_deref(),
+            Reply::Done(_) => None,
+        }
     }
 
     pub fn to_value(&self) -> Value {

@@ -21,6 +21,11 @@ pub enum OpError {
     UnknownOp(String),
     #[error("{0}")]
     Ledger(#[from] LedgerError),
+    #[error(
+        "ledger partition {partition} of this chain is decided by instance {id} at {url}, not this one",
+        partition = .0.partition, id = .0.owner.id, url = .0.owner.url
+    )]
+    Elsewhere(Box<crate::engine::Referral>),
 }
 
 impl OpError {
@@ -29,6 +34,7 @@ impl OpError {
             OpError::BadRequest(_) | OpError::BadContent(_) => Code::InvalidRequest,
             OpError::UnknownOp(_) => Code::UnknownOp,
             OpError::Ledger(e) => e.code(),
+            OpError::Elsewhere(_) => Code::NotOwner,
         }
     }
 
@@ -39,7 +45,11 @@ impl OpError {
     }
 
     pub fn failure(&self) -> Failure {
-        Failure::new(self.code(), self.to_string())
+        let mut f = Failure::new(self.code(), self.to_string());
+        if let OpError::Elsewhere(r) = self {
+            f.referral = Some(r.clone());
+        }
+        f
     }
 }
 
@@ -401,6 +411,10 @@ pub fn reply_as(engine: &mut Engine, grant: &Grant, v: &Value) -> (Reply, bool) 
         ))
     };
     let result = parse_request(v).and_then(|request| {
+        // Decided (and refused, and recorded) by its chain's owner only.
+        if let Some(r) = engine.referral(&request)? {
+            return Err(OpError::Elsewhere(Box::new(r)));
+        }
         allowed(engine, &request)?;
         let request = as_granted(request, grant);
         if grant.principal == Principal::Operator {

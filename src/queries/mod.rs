@@ -178,6 +178,24 @@ pub fn answer(engine: &mut Engine, q: &Query, json: bool) -> Result<Said, Ledger
     }
 }
 
+/// Whose chain `q` reads (in a cluster its owner answers it; see
+/// `engine::placement`): a run's or a task's, or the ledger as a whole.
+pub fn whose(q: &Query) -> crate::engine::Whose<'_> {
+    use crate::engine::Whose;
+    match q {
+        Query::Trail { run, .. }
+        | Query::Chain { run }
+        | Query::Picture { run, .. }
+        | Query::Trace { run, .. } => Whose::Run(run),
+        Query::Stats { task } => Whose::Task(task),
+        Query::Export { run: Some(run), .. } => Whose::Run(run),
+        Query::Export {
+            chain: Some(root), ..
+        } => Whose::Run(root),
+        Query::Export { .. } | Query::Agent { .. } | Query::Status | Query::Tokens => Whose::Anyone,
+    }
+}
+
 /// What `q` is about, for the policy: the scopes of the agents whose run,
 /// chain, agent or task it names (none when they do not exist), or the
 /// ledger as a whole.

@@ -118,6 +118,9 @@ pub(super) fn same_secret(a: &[u8; 32], b: &[u8; 32]) -> bool {
 pub struct Asked {
     headers: HeaderMap,
     client: Option<ClientIdentity>,
+    /// The path and query asked for (a read forwarded to the owner of its
+    /// chain asks the same).
+    uri: axum::http::Uri,
 }
 
 impl Asked {
@@ -144,6 +147,13 @@ impl Asked {
     }
 }
 
+impl Asked {
+    /// The path and query of the request.
+    pub(super) fn target(&self) -> &str {
+        self.uri.path_and_query().map_or("/", |p| p.as_str())
+    }
+}
+
 impl std::ops::Deref for Asked {
     type Target = HeaderMap;
 
@@ -167,6 +177,7 @@ impl Asked {
     /// What `caller` needs of a request, from its head.
     pub(super) fn of(parts: &axum::http::request::Parts) -> Asked {
         Asked {
+            uri: parts.uri.clone(),
             headers: parts.headers.clone(),
             client: parts
                 .extensions

@@ -23,7 +23,7 @@ pub fn status_of(code: Code) -> StatusCode {
         LineTooLong | TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         RunExists | RunClosed | TaskExists | DuplicateSubtask | AlreadyReturned
         | AlreadyEvaluated | Conflict => StatusCode::CONFLICT,
-        LogError | IoError | DataDirInUse | Overloaded | ShuttingDown => {
+        LogError | IoError | DataDirInUse | Overloaded | ShuttingDown | NotOwner => {
             StatusCode::SERVICE_UNAVAILABLE
         }
         Timeout => StatusCode::GATEWAY_TIMEOUT,
@@ -37,6 +37,15 @@ pub fn status_of(code: Code) -> StatusCode {
     }
 }
 
+/// The header that carries the CLI's exit code for an answer.
+pub const EXIT_HEADER: &str = "x-agentledger-exit";
+
+/// Whether a failure with this code says to ask again in a moment
+/// (answered with `Retry-After`).
+pub(super) fn retryable(code: Code) -> bool {
+    matches!(code, Code::Overloaded | Code::ShuttingDown | Code::NotOwner)
+}
+
 pub(super) fn json_response(status: StatusCode, body: String) -> Response {
     let mut r = (status, body).into_response();
     r.headers_mut().insert(
@@ -48,7 +57,7 @@ pub(super) fn json_response(status: StatusCode, body: String) -> Response {
 
 pub(super) fn failure_response(f: Failure) -> Response {
     let status = status_of(f.error.code);
-    let retry = matches!(f.error.code, Code::Overloaded | Code::ShuttingDown);
+    let retry = retryable(f.error.code);
     let challenge = f.error.code == Code::Unauthenticated;
     let mut r = json_response(
         status,

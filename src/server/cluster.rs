@@ -1,12 +1,14 @@
 //! Who serves this ledger: the serve loop announces this instance to the
 //! group (its id, URL, the partitions it owns) whenever what it owns
 //! changes and every few seconds, and keeps every member's last
-//! announcement for `GET /v1/cluster` (answered in `operate`). On the embedded log the only
-//! member is this instance, owning every partition.
+//! announcement for `GET /v1/cluster` (answered in `operate`), from which
+//! the engine learns who decides which partition (`placement`). On the
+//! embedded log the only member is this instance, owning every partition.
 
+use crate::engine::{Owner, Placement};
 use crate::log::group::{Member, Membership};
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -38,6 +40,39 @@ pub struct MemberView {
     pub age_ms: u64,
     /// Whether it stopped announcing (older than 15 s).
     pub stale: bool,
+}
+
+impl ClusterView {
+    /// Who decides which ledger partition, as far as this view knows:
+    /// `None` while no other live instance with a URL owns anything (this
+    /// instance decides every request it is asked). Where two members
+    /// claim a partition (one of them has not announced its loss yet), the
+    /// later announcement wins.
+    pub(crate) fn placement(&self, owned: &BTreeSet<u32>) -> Option<Placement> {
+        let mut owners: BTreeMap<u32, (u64, Owner)> = BTreeMap::new();
+        for m in &self.members {
+            let (false, Some(url)) = (m.stale || m.member.id == self.me, &m.member.url) else {
+                continue;
+            };
+            for &p in m.member.owned.iter().filter(|p| !owned.contains(p)) {
+                let later = owners.get(&p).is_none_or(|(at, _)| *at < m.member.at_ms);
+                if later {
+                    let owner = Owner {
+                        id: m.member.id.clone(),
+                        url: url.clone(),
+                    };
+                    owners.insert(p, (m.member.at_ms, owner));
+                }
+            }
+        }
+        if owners.is_empty() {
+            return None;
+        }
+        Some(Placement {
+            owned: owned.clone(),
+            owners: owners.into_iter().map(|(p, (_, o))| (p, o)).collect(),
+        })
+    }
 }
 
 fn now_ms() -> u64 {

@@ -122,11 +122,15 @@ pub(super) enum Job {
         caller: Caller,
         /// The span the request's records name, if any.
         span: Option<crate::codec::SpanRef>,
+        /// Whether lines of chains another instance owns are referred
+        /// there (`not_owner`) rather than decided here: the caller's
+        /// credential can be forwarded (see `engine::placement`).
+        refer: bool,
         lines: Vec<Line>,
         reply: oneshot::Sender<OpsAnswer>,
     },
     Call(Call),
-    /// Another writer appended to the ledger (see `ledger_thread::watch_tail`): look now.
+    /// Another writer appended to the ledger (see `tail::watch_tail`): look now.
     Wake,
 }
 
@@ -159,7 +163,19 @@ pub struct LedgerHandle {
 impl LedgerHandle {
     /// Answer request lines from `caller` in order, as `apply` would.
     pub async fn ops(&self, caller: Caller, lines: Vec<Line>) -> Result<OpsAnswer, Gone> {
-        self.ops_within(caller, None, lines).await
+        self.send_ops(caller, None, false, lines).await
+    }
+
+    /// [`LedgerHandle::ops`]; with `refer`, lines of chains another
+    /// instance owns are answered `not_owner` with a referral to it, not
+    /// decided here.
+    pub async fn ops_referring(
+        &self,
+        caller: Caller,
+        lines: Vec<Line>,
+        refer: bool,
+    ) -> Result<OpsAnswer, Gone> {
+        self.send_ops(caller, None, refer, lines).await
     }
 
     /// [`LedgerHandle::ops`] for a request whose span the server exports:
@@ -170,11 +186,22 @@ impl LedgerHandle {
         span: Option<crate::codec::SpanRef>,
         lines: Vec<Line>,
     ) -> Result<OpsAnswer, Gone> {
+        self.send_ops(caller, span, false, lines).await
+    }
+
+    async fn send_ops(
+        &self,
+        caller: Caller,
+        span: Option<crate::codec::SpanRef>,
+        refer: bool,
+        lines: Vec<Line>,
+    ) -> Result<OpsAnswer, Gone> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Job::Ops {
                 caller,
                 span,
+                refer,
                 lines,
                 reply,
             })

@@ -83,7 +83,7 @@ pub fn start(
                 }
             };
             let watcher = match engine.log().tail_watch(Topic::Ledger) {
-                Ok(Some(w)) => Some(watch_tail(w, wake_tx, stop.clone())),
+                Ok(Some(w)) => Some(super::tail::watch_tail(w, wake_tx, stop.clone())),
                 Ok(None) => None,
                 Err(e) => {
                     tracing::warn!("cannot follow the ledger's tail ({e}); polling it instead");
@@ -142,40 +142,6 @@ pub fn start(
         },
         thread,
     ))
-}
-
-/// Wake the serve loop whenever another writer appends to a ledger
-/// partition (another instance closed a run): one consumer over every
-/// partition, woken by any of them, instead of polling each.
-pub(crate) fn watch_tail(
-    mut watch: Box<dyn crate::log::TailWatch>,
-    tx: mpsc::Sender<Job>,
-    stop: Arc<AtomicBool>,
-) -> JoinHandle<()> {
-    std::thread::Builder::new()
-        .name("agentledger-tail".into())
-        .spawn(move || {
-            let mut failing = false;
-            while !stop.load(Ordering::SeqCst) {
-                match watch.wait(Duration::from_millis(100)) {
-                    Ok(true) => {
-                        failing = false;
-                        if tx.send(Job::Wake).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(false) => failing = false,
-                    Err(e) => {
-                        if !failing {
-                            tracing::warn!("following the ledger's tail: {e}");
-                            failing = true;
-                        }
-                        std::thread::sleep(Duration::from_millis(200));
-                    }
-                }
-            }
-        })
-        .expect("spawn the tail watcher")
 }
 
 pub(crate) fn serve_loop(
@@ -248,6 +214,11 @@ pub(crate) fn serve_loop(
         }
         let owned = member.owned()?;
         announcer.turn(&mut *member, engine.writer(), &owned, cluster);
+        let placement = cluster
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .placement(&owned);
+        engine.place(placement);
         if owned_before.as_ref() != Some(&owned) {
             (opts.say)(&format!(
                 "dispatching ledger partitions {:?}",
@@ -381,10 +352,11 @@ pub(crate) fn run_jobs(
         Some(Job::Ops {
             caller,
             span,
+            refer,
             lines,
             reply,
         }) => {
-            group.push((caller, span, lines, reply));
+            group.push((caller, span, refer, lines, reply));
             gather(rx, &mut group, &mut after, MAX_GROUP_LINES);
         }
     }
@@ -453,17 +425,18 @@ fn gather(
     after: &mut Option<crate::server::ledger::Call>,
     limit: usize,
 ) {
-    let mut lines: usize = group.iter().map(|(_, _, l, _)| l.len()).sum();
+    let mut lines: usize = group.iter().map(|(_, _, _, l, _)| l.len()).sum();
     while lines < limit {
         match rx.try_recv() {
             Ok(Job::Ops {
                 caller,
                 span,
+                refer,
                 lines: l,
                 reply,
             }) => {
                 lines += l.len();
-                group.push((caller, span, l, reply));
+                group.push((caller, span, refer, l, reply));
             }
             Ok(Job::Call(f)) => {
                 *after = Some(f);
@@ -479,6 +452,7 @@ fn gather(
 pub(crate) type OpsJob = (
     Caller,
     Option<crate::codec::SpanRef>,
+    bool,
     Vec<Line>,
     oneshot::Sender<OpsAnswer>,
 );
@@ -498,10 +472,8 @@ fn decide(engine: &mut Engine, group: Vec<OpsJob>, sweep: Option<Sweep<'_>>) -> 
     let started = Instant::now();
     let mut senders = Vec::with_capacity(group.len());
     let (grants, lines) = authenticated(engine, group, &mut senders);
-    let lines = lines
-        .into_iter()
-        .map(|(i, span, line)| (&grants[i], span, line));
-    let decided = protocol::decide_group(engine, lines, sweep);
+    let mut decided = protocol::decide_group(engine, std::iter::empty(), sweep);
+    decide_lines(engine, &mut decided, &grants, lines);
     Flight {
         decided,
         senders,
@@ -512,31 +484,46 @@ fn decide(engine: &mut Engine, group: Vec<OpsJob>, sweep: Option<Sweep<'_>>) -> 
 /// Decide more operation jobs into a group not yet sealed.
 fn decide_into(engine: &mut Engine, flight: &mut Flight, group: Vec<OpsJob>) {
     let (grants, lines) = authenticated(engine, group, &mut flight.senders);
-    let lines = lines
-        .into_iter()
-        .map(|(i, span, line)| (&grants[i], span, line));
-    flight.decided.decide_more(engine, lines);
+    decide_lines(engine, &mut flight.decided, &grants, lines);
+}
+
+/// Decide the lines of a group's jobs, each job's with its own referring.
+fn decide_lines(
+    engine: &mut Engine,
+    decided: &mut protocol::Decided<Swept>,
+    grants: &[(crate::auth::Grant, bool)],
+    lines: Lines,
+) {
+    let mut lines = lines.into_iter().peekable();
+    while let Some(&(i, _, _)) = lines.peek() {
+        let (grant, refer) = &grants[i];
+        engine.refer(*refer);
+        let job = std::iter::from_fn(|| lines.next_if(|(j, _, _)| *j == i));
+        decided.decide_more(engine, job.map(|(_, span, line)| (grant, span, line)));
+    }
+    engine.refer(false);
 }
 
 type Lines = Vec<(usize, Option<crate::codec::SpanRef>, Line)>;
 
-/// The grants of a group's callers and their lines (each with the index
-/// of its grant); where each caller's answers go is added to `senders`.
+/// The grants of a group's callers (each with whether its lines are
+/// referred elsewhere) and their lines (each with the index of its
+/// grant); where each caller's answers go is added to `senders`.
 fn authenticated(
     engine: &mut Engine,
     group: Vec<OpsJob>,
     senders: &mut Vec<(usize, oneshot::Sender<OpsAnswer>)>,
-) -> (Vec<crate::auth::Grant>, Lines) {
+) -> (Vec<(crate::auth::Grant, bool)>, Lines) {
     let mut grants = Vec::with_capacity(group.len());
     let mut lines = Vec::new();
-    for (caller, span, l, reply) in group {
+    for (caller, span, refer, l, reply) in group {
         // A caller that is not authenticated is answered at once, and
         // nothing of its request is decided or recorded.
         match grant_of(engine, &caller) {
             Ok(grant) => {
                 senders.push((l.len(), reply));
                 lines.extend(l.into_iter().map(|line| (grants.len(), span, line)));
-                grants.push(grant);
+                grants.push((grant, refer));
             }
             Err(f) => {
                 let _ = reply.send(Err(f));
@@ -573,8 +560,11 @@ fn answer(
             .by_ref()
             .take(n)
             .map(|a| {
-                summary.ops += 1;
-                metrics.answered(a.op.as_deref(), &a.reply, took);
+                // A line referred to its owner is counted there.
+                if a.reply.referral().is_none() {
+                    summary.ops += 1;
+                    metrics.answered(a.op.as_deref(), &a.reply, took);
+                }
                 a.reply
             })
             .collect();

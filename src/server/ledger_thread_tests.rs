@@ -104,6 +104,7 @@ fn send(
             tx.send(Job::Ops {
                 caller: Caller::Operator,
                 span: None,
+                refer: false,
                 lines,
                 reply,
             })
@@ -281,6 +282,7 @@ fn the_serve_loops_sweep_goes_first_in_its_group_so_the_group_syncs_in_one_phase
     tx.send(Job::Ops {
         caller: Caller::Operator,
         span: None,
+        refer: false,
         lines: vec![Ok(close("r2"))],
         reply,
     })

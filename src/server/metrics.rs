@@ -34,6 +34,7 @@ pub struct Metrics {
     otlp_failures: Counter,
     rebuild: Family<Labels, Gauge>,
     unrecorded: Family<Labels, Counter>,
+    forwarded: Counter,
 }
 
 impl Default for Metrics {
@@ -58,6 +59,12 @@ impl Metrics {
         let http = Family::<Labels, Counter>::default();
         let lag = Family::<Labels, Gauge>::default();
         let log_syncs = Counter::default();
+        let forwarded = Counter::default();
+        registry.register(
+            "forwarded_requests",
+            "Requests (or an ndjson request's lines for one owner) forwarded to the instance that owns their chain's ledger partition",
+            forwarded.clone(),
+        );
         registry.register(
             "log_syncs",
             "Syncs to stable storage the log's appends cost (embedded log)",
@@ -149,7 +156,13 @@ impl Metrics {
             lag,
             log_syncs,
             log_syncs_seen: Default::default(),
+            forwarded,
         }
+    }
+
+    /// Count one request forwarded to another instance.
+    pub fn forwarded(&self) {
+        self.forwarded.inc();
     }
 
     /// Count one answered operation.

@@ -5,6 +5,7 @@ use super::access::{caller, request_slot, Asked};
 use super::answer::{
     failure_response, gone, json_response, reply_text, status_of, timed_out, with_status,
 };
+use super::forward;
 use super::ledger::{Caller, Gone, Line};
 use super::state::AppState;
 use crate::apply::parse_line;
@@ -61,11 +62,14 @@ pub(super) fn is_ndjson(headers: &HeaderMap) -> bool {
 /// Split an ndjson body into request lines (blank lines are skipped, as
 /// `apply` skips them).
 pub(super) fn ndjson_lines(body: &[u8]) -> Vec<Line> {
+    ndjson_raw(body).map(parse_line).collect()
+}
+
+/// The bytes of each request line of an ndjson body.
+fn ndjson_raw(body: &[u8]) -> impl Iterator<Item = &[u8]> {
     body.split(|&b| b == b'\n')
         .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
         .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
-        .map(parse_line)
-        .collect()
 }
 
 pub(super) async fn ops(
@@ -121,16 +125,34 @@ pub(super) async fn ops_inner(
             ),
         ));
     }
-    let replies = match s.in_time(s.ledger.ops(caller, lines)).await {
+    let refer = forward::refers(&caller, headers);
+    let replies = match s
+        .in_time(s.ledger.ops_referring(caller, lines, refer))
+        .await
+    {
         Ok(Ok(Ok(r))) => r,
         Ok(Ok(Err(f))) => return failure_response(f),
         Ok(Err(Gone)) => return gone(),
         Err(_) => return timed_out(s.opts.timeout),
     };
+    // Lines of chains another instance decides go to it (once: a
+    // forwarded request's referrals are answered as they are).
+    let elsewhere =
+        !forward::is_forwarded(headers) && replies.iter().any(|r| r.referral().is_some());
+    if elsewhere && !ndjson {
+        if let Some(to) = replies.first().and_then(Reply::referral) {
+            return forward::whole(s, to, "/v1/ops", headers, Some(body)).await;
+        }
+    }
     if ndjson {
+        let mut texts: Vec<String> = replies.iter().map(reply_text).collect();
+        if elsewhere {
+            let raw: Vec<&[u8]> = ndjson_raw(&body).collect();
+            forward::lines(s, headers, &raw, &replies, &mut texts).await;
+        }
         let mut text = String::new();
-        for r in &replies {
-            text.push_str(&reply_text(r));
+        for t in &texts {
+            text.push_str(t);
             text.push('\n');
         }
         let mut r = (StatusCode::OK, text).into_response();
@@ -159,7 +181,12 @@ pub(super) async fn ops_inner(
         );
         return r;
     }
-    json_response(status, reply_text(&reply))
+    let mut r = json_response(status, reply_text(&reply));
+    if forward::retry_after(&reply) {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    r
 }
 
 #[cfg(test)]

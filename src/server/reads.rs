@@ -4,6 +4,7 @@
 
 use super::access::{admitted, caller, read_job_about, request_slot, subject_of, Asked, Permit};
 use super::answer::failure_response;
+use super::forward;
 use super::ledger::Caller;
 use super::state::AppState;
 use crate::codes::Code;
@@ -27,8 +28,7 @@ pub struct ReadParams {
     as_of: Option<String>,
 }
 
-/// The header that carries the CLI's exit code for an answer.
-pub const EXIT_HEADER: &str = "x-agentledger-exit";
+use super::answer::EXIT_HEADER;
 
 pub(super) async fn ask(
     s: &AppState,
@@ -38,7 +38,7 @@ pub(super) async fn ask(
     route: &'static str,
 ) -> Response {
     let response = match caller(s, headers) {
-        Ok(c) => ask_inner(s, c, q, params).await,
+        Ok(c) => ask_inner(s, c, headers, q, params).await,
         Err(f) => failure_response(f),
     };
     s.ledger.metrics.http(route, response.status().as_u16());
@@ -69,6 +69,7 @@ pub(super) fn read_shape(q: &Query, params: &ReadParams) -> Result<(), Failure> 
 pub(super) async fn ask_inner(
     s: &AppState,
     caller: Caller,
+    headers: &Asked,
     q: Query,
     params: &ReadParams,
 ) -> Response {
@@ -88,15 +89,29 @@ pub(super) async fn ask_inner(
         )),
     };
     let shape = read_shape(&q, params);
+    let refer = forward::refers(&caller, headers);
     let said = read_job_about(s, caller, subject_of(&q), move |engine| {
         // Who may not ask learns nothing, not even that the format is wrong.
         let json = json?;
         shape?;
-        queries::answer(engine, &q, json).map_err(|e| Failure::new(e.code(), e.to_string()))
+        let failed = |e: crate::error::LedgerError| Failure::new(e.code(), e.to_string());
+        // A chain another instance decides is read there: its views
+        // hold every step it decided, this instance's may lag.
+        engine.refer(refer);
+        let elsewhere = engine.referral_for(queries::whose(&q));
+        engine.refer(false);
+        if let Some(to) = elsewhere.map_err(failed)? {
+            return Ok(Err(to));
+        }
+        queries::answer(engine, &q, json).map(Ok).map_err(failed)
     })
     .await;
     let said = match said {
-        Ok(said) => said,
+        Ok(Ok(said)) => said,
+        Ok(Err(to)) if forward::is_forwarded(headers) => {
+            return failure_response(forward::not_owner(&to))
+        }
+        Ok(Err(to)) => return forward::whole(s, &to, headers.target(), headers, None).await,
         Err(r) => return r,
     };
     let json = picture.is_none() && params.format.as_deref() != Some("text");

@@ -1,0 +1,243 @@
+//! Forwarding to the owner: in a cluster, a request for a chain whose
+//! ledger partition another instance owns is answered by that instance.
+//! The ledger thread refers such lines (`not_owner` with a referral, see
+//! `engine::placement`); this module sends them on with the caller's own
+//! credential and relays the owner's answers, so any instance takes any
+//! request. The owner authenticates and authorizes the caller itself.
+//!
+//! A forwarded request says so (`x-agentledger-forwarded-by`) and is never
+//! forwarded again: an owner that lost the partition meanwhile answers
+//! `not_owner`, which the caller sees as 503 with `Retry-After`. The
+//! header grants nothing; a caller that sends it only gives up forwarding.
+
+use super::answer::{reply_text, retryable};
+use super::ledger::Caller;
+use super::state::AppState;
+use crate::codes::Code;
+use crate::engine::Referral;
+use crate::protocol::{Failure, Reply};
+use axum::body::Bytes;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use std::sync::OnceLock;
+
+/// Marks a request one instance forwarded to another; its value is the
+/// forwarding instance's id.
+pub(super) const FORWARDED_BY: &str = "x-agentledger-forwarded-by";
+
+/// The request headers an owner needs to answer as this instance would:
+/// the credential, the body's and the answer's types, the trace context.
+const PASSED_ON: &[&str] = &[
+    "authorization",
+    "content-type",
+    "accept",
+    "traceparent",
+    "tracestate",
+];
+
+/// The answer headers relayed to the caller besides the body's type.
+const RELAYED: &[&str] = &["retry-after", "www-authenticate", super::answer::EXIT_HEADER];
+
+/// Whether this request was forwarded here by another instance.
+pub(super) fn is_forwarded(headers: &HeaderMap) -> bool {
+    headers.contains_key(FORWARDED_BY)
+}
+
+/// Whether lines of chains another instance owns are referred there: the
+/// caller's credential means the same to every instance (a ledger token,
+/// a JWT), or the request was forwarded here and this instance only
+/// re-checks that it owns what it is asked. The operator's session token
+/// is this instance's own, and a client certificate cannot be passed on:
+/// their requests are decided here, as on a single instance.
+pub(super) fn refers(caller: &Caller, headers: &HeaderMap) -> bool {
+    is_forwarded(headers)
+        || match caller {
+            Caller::Operator => false,
+            Caller::Token(_) => true,
+            Caller::Granted(..) => headers.contains_key(header::AUTHORIZATION),
+        }
+}
+
+/// The client instances forward with: no redirects followed, the request
+/// timeout applied by the caller's own deadline.
+fn client() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new())
+    })
+}
+
+/// What forwarding to `to` failed with, as the caller is told.
+fn unreachable(to: &Referral, why: impl std::fmt::Display) -> Failure {
+    Failure::new(
+        Code::NotOwner,
+        format!(
+            "ledger partition {} of this chain is decided by instance {} at {}, which could not be asked ({why}); ask again in a moment",
+            to.partition, to.owner.id, to.owner.url
+        ),
+    )
+}
+
+/// Ask the owner for `target` (a path and query) with the caller's
+/// headers: POST `body` when there is one, else GET.
+async fn send(
+    s: &AppState,
+    to: &Referral,
+    target: &str,
+    headers: &HeaderMap,
+    content_type: Option<&'static str>,
+    body: Option<Bytes>,
+) -> Result<reqwest::Response, Failure> {
+    let url = format!("{}{target}", to.owner.url.trim_end_matches('/'));
+    let mut request = match body {
+        Some(body) => client().post(url).body(body),
+        None => client().get(url),
+    }
+    .timeout(s.opts.timeout);
+    for name in PASSED_ON {
+        for value in headers.get_all(*name) {
+            request = request.header(*name, value.as_bytes());
+        }
+    }
+    if let Some(t) = content_type {
+        request = request.header(header::CONTENT_TYPE, t);
+    }
+    let me = s
+        .ledger
+        .cluster
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .me
+        .clone();
+    request = request.header(FORWARDED_BY, me);
+    s.ledger.metrics.forwarded();
+    request.send().await.map_err(|e| unreachable(to, e))
+}
+
+/// Forward a whole request (one operation, or a read) and relay the
+/// owner's answer as it is (status, body, the headers that matter).
+pub(super) async fn whole(
+    s: &AppState,
+    to: &Referral,
+    target: &str,
+    headers: &HeaderMap,
+    body: Option<Bytes>,
+) -> Response {
+    let answer = match send(s, to, target, headers, None, body).await {
+        Ok(a) => a,
+        Err(f) => return super::answer::failure_response(f),
+    };
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut relayed = HeaderMap::new();
+    for name in std::iter::once(header::CONTENT_TYPE.as_str()).chain(RELAYED.iter().copied()) {
+        if let Some(v) = answer.headers().get(name) {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_bytes(v.as_bytes()),
+            ) {
+                relayed.insert(n, v);
+            }
+        }
+    }
+    let body = match answer.bytes().await {
+        Ok(b) => b,
+        Err(e) => return super::answer::failure_response(unreachable(to, e)),
+    };
+    let mut r = (status, body).into_response();
+    r.headers_mut().extend(relayed);
+    r
+}
+
+/// Forward the referred lines of an ndjson request, each owner's in one
+/// request of their own in order, and put the owners' answer lines in
+/// place of the referrals in `texts` (one answer line per request line).
+pub(super) async fn lines(
+    s: &AppState,
+    headers: &HeaderMap,
+    raw: &[&[u8]],
+    replies: &[Reply],
+    texts: &mut [String],
+) {
+    let mut todo: Vec<(usize, &Referral)> = replies
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.referral().map(|to| (i, to)))
+        .collect();
+    while let Some(&(_, to)) = todo.first() {
+        let (mine, rest): (Vec<_>, Vec<_>) = todo
+            .into_iter()
+            .partition(|(_, t)| t.owner.url == to.owner.url);
+        todo = rest;
+        let mut body = Vec::new();
+        for (i, _) in &mine {
+            body.extend_from_slice(raw[*i]);
+            body.push(b'\n');
+        }
+        let ndjson = Some("application/x-ndjson");
+        let answered = match send(s, to, "/v1/ops", headers, ndjson, Some(body.into())).await {
+            Ok(a) => relayed_lines(to, a, mine.len()).await,
+            Err(f) => Err(f),
+        };
+        match answered {
+            Ok(got) => {
+                for ((i, _), line) in mine.iter().zip(got) {
+                    texts[*i] = line;
+                }
+            }
+            Err(f) => {
+                for (i, _) in &mine {
+                    texts[*i] = reply_text(&Reply::Failed(f.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// The owner's answer lines, one per line sent: its failure for every
+/// line when it refused the request as a whole.
+async fn relayed_lines(
+    to: &Referral,
+    answer: reqwest::Response,
+    sent: usize,
+) -> Result<Vec<String>, Failure> {
+    let ok = answer.status().is_success();
+    let text = answer.text().await.map_err(|e| unreachable(to, e))?;
+    if !ok {
+        // One failure envelope for the whole request (401, 413, 503 …).
+        let f: Failure = serde_json::from_str(text.trim())
+            .map_err(|_| unreachable(to, format!("it answered {:?}", cut(&text))))?;
+        return Err(f);
+    }
+    let got: Vec<String> = text.lines().map(str::to_string).collect();
+    if got.len() != sent {
+        return Err(unreachable(
+            to,
+            format!("it answered {} lines to {sent}", got.len()),
+        ));
+    }
+    Ok(got)
+}
+
+fn cut(text: &str) -> String {
+    text.chars().take(200).collect()
+}
+
+/// The answer of an instance asked (by forwarding) about a chain it does
+/// not own: retry, it moved.
+pub(super) fn not_owner(to: &Referral) -> Failure {
+    Failure::new(
+        Code::NotOwner,
+        format!(
+            "ledger partition {} of this chain is decided by instance {} at {}, not this one; ask again in a moment",
+            to.partition, to.owner.id, to.owner.url
+        ),
+    )
+}
+
+/// Whether a reply's failure, relayed as a whole answer, says to retry.
+pub(super) fn retry_after(reply: &Reply) -> bool {
+    matches!(reply, Reply::Failed(f) if retryable(f.error.code))
+}
