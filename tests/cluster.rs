@@ -58,6 +58,24 @@ fn on_the_embedded_log_the_one_instance_owns_every_partition() {
     assert_eq!(v["advertise"], s.url.as_str());
     assert_eq!(owned(me), (0..4).collect());
     assert_eq!(me["stale"], false);
+    // Each partition's end and lag in this instance's views.
+    server::post_ok(
+        &s.url,
+        json!({"op":"publish_agent","agent":"worker","scope":"s"}),
+    );
+    server::post_ok(&s.url, json!({"op":"open_run","run":"r1","agent":"worker"}));
+    let v = cluster(&s);
+    let parts = v["partitions"].as_array().unwrap();
+    assert_eq!(parts.len(), 4, "{v}");
+    let mut written = 0;
+    for (i, p) in parts.iter().enumerate() {
+        assert_eq!(p["partition"], i as u64, "{v}");
+        assert_eq!(p["owner"], v["me"], "{v}");
+        assert_eq!(p["lag"], 0, "{v}");
+        assert_eq!(p["projected"], p["end"], "{v}");
+        written += p["end"].as_u64().unwrap();
+    }
+    assert_eq!(written, 1, "the run's opening: {v}");
     // Who serves the ledger is for authenticated readers only.
     let anon = reqwest::blocking::get(format!("{}/v1/cluster", s.url)).unwrap();
     assert_eq!(anon.status().as_u16(), 401);
@@ -91,6 +109,17 @@ fn on_kafka_every_instance_lists_every_member_and_what_it_owns() {
         .map(|m| m["url"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(urls, BTreeSet::from([sa.url.clone(), sb.url.clone()]));
+    // Each partition named with its owner.
+    for p in va["partitions"].as_array().unwrap() {
+        let n = p["partition"].as_u64().unwrap();
+        let owner = va["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| owned(m).contains(&n))
+            .unwrap();
+        assert_eq!(p["owner"], owner["id"], "{va}");
+    }
     assert_ne!(va["me"], vb["me"], "each instance has an id of its own");
     // B stops (leaving the group and the roster): A lists itself alone,
     // owning everything.

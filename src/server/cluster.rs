@@ -42,36 +42,101 @@ pub struct MemberView {
     pub stale: bool,
 }
 
+/// One ledger partition in `GET /v1/cluster`, as this instance sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionView {
+    pub partition: u32,
+    /// The member that owns it, as announced (none while nobody has).
+    pub owner: Option<String>,
+    /// The log's end: the offset its next record gets.
+    pub end: u64,
+    /// How far this instance's views have projected it.
+    pub projected: u64,
+    /// Records not projected here yet.
+    pub lag: u64,
+    /// Records its dispatcher has not passed yet (the owner's is the one
+    /// that dispatches).
+    pub dispatch_lag: u64,
+}
+
+/// Each ledger partition's end and lag in this instance's views, with its
+/// owner from `owners` (see [`ClusterView::owner_of_each`]).
+pub(crate) fn partitions(
+    engine: &crate::engine::Engine,
+    owners: &BTreeMap<u32, String>,
+) -> Result<Vec<PartitionView>, crate::error::LedgerError> {
+    let ends = engine.log().end_offsets(crate::model::Topic::Ledger)?;
+    let views = engine.views();
+    ends.into_iter()
+        .enumerate()
+        .map(|(p, end)| {
+            let p = p as u32;
+            let projected = views.offset(crate::model::Topic::Ledger, p)?;
+            let dispatched = views.dispatch_cursor(p)?;
+            Ok(PartitionView {
+                partition: p,
+                owner: owners.get(&p).cloned(),
+                end,
+                projected,
+                lag: end.saturating_sub(projected),
+                dispatch_lag: end.saturating_sub(dispatched),
+            })
+        })
+        .collect()
+}
+
 impl ClusterView {
+    /// The member owning each partition, as announced (see
+    /// [`ClusterView::claims`]).
+    pub(crate) fn owner_of_each(&self) -> BTreeMap<u32, String> {
+        self.claims(false)
+            .into_iter()
+            .map(|(p, m)| (p, m.member.id.clone()))
+            .collect()
+    }
+
     /// Who decides which ledger partition, as far as this view knows:
     /// `None` while no other live instance with a URL owns anything (this
-    /// instance decides every request it is asked). Where two members
-    /// claim a partition (one of them has not announced its loss yet), the
-    /// later announcement wins.
+    /// instance decides every request it is asked).
     pub(crate) fn placement(&self, owned: &BTreeSet<u32>) -> Option<Placement> {
-        let mut owners: BTreeMap<u32, (u64, Owner)> = BTreeMap::new();
-        for m in &self.members {
-            let (false, Some(url)) = (m.stale || m.member.id == self.me, &m.member.url) else {
-                continue;
-            };
-            for &p in m.member.owned.iter().filter(|p| !owned.contains(p)) {
-                let later = owners.get(&p).is_none_or(|(at, _)| *at < m.member.at_ms);
-                if later {
-                    let owner = Owner {
-                        id: m.member.id.clone(),
-                        url: url.clone(),
-                    };
-                    owners.insert(p, (m.member.at_ms, owner));
+        let owners: BTreeMap<u32, Owner> = self
+            .claims(true)
+            .into_iter()
+            .filter(|(p, _)| !owned.contains(p))
+            .filter_map(|(p, m)| {
+                let url = m.member.url.clone()?;
+                let id = m.member.id.clone();
+                Some((p, Owner { id, url }))
+            })
+            .collect();
+        (!owners.is_empty()).then(|| Placement {
+            owned: owned.clone(),
+            owners,
+        })
+    }
+
+    /// The live member claiming each partition (`others`: besides this
+    /// instance, whose own claims are what it owns now). Where two claim
+    /// one (the loser has not announced its loss yet), the later
+    /// announcement wins.
+    fn claims(&self, others: bool) -> BTreeMap<u32, &MemberView> {
+        let mut claims: BTreeMap<u32, &MemberView> = BTreeMap::new();
+        let live = self
+            .members
+            .iter()
+            .filter(|m| !m.stale)
+            .filter(|m| !others || m.member.id != self.me);
+        for m in live {
+            for &p in &m.member.owned {
+                if claims
+                    .get(&p)
+                    .is_none_or(|c| c.member.at_ms < m.member.at_ms)
+                {
+                    claims.insert(p, m);
                 }
             }
         }
-        if owners.is_empty() {
-            return None;
-        }
-        Some(Placement {
-            owned: owned.clone(),
-            owners: owners.into_iter().map(|(p, (_, o))| (p, o)).collect(),
-        })
+        claims
     }
 }
 

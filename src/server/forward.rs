@@ -36,7 +36,11 @@ const PASSED_ON: &[&str] = &[
 ];
 
 /// The answer headers relayed to the caller besides the body's type.
-const RELAYED: &[&str] = &["retry-after", "www-authenticate", super::answer::EXIT_HEADER];
+const RELAYED: &[&str] = &[
+    "retry-after",
+    "www-authenticate",
+    super::answer::EXIT_HEADER,
+];
 
 /// Whether this request was forwarded here by another instance.
 pub(super) fn is_forwarded(headers: &HeaderMap) -> bool {

@@ -106,7 +106,21 @@ pub(super) async fn cluster(State(s): State<AppState>, headers: Asked) -> Respon
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
-            axum::Json(view).into_response()
+            // Each partition's lag, as this instance's views stand now.
+            let owners = view.owner_of_each();
+            let partitions = s
+                .ledger
+                .call(move |engine| super::cluster::partitions(engine, &owners));
+            match s.in_time(partitions).await {
+                Ok(Ok(Ok(partitions))) => {
+                    let mut v = serde_json::to_value(view).unwrap_or_default();
+                    v["partitions"] = serde_json::to_value(partitions).unwrap_or_default();
+                    axum::Json(v).into_response()
+                }
+                Ok(Ok(Err(e))) => failure_response(Failure::new(e.code(), e.to_string())),
+                Ok(Err(Gone)) => gone(),
+                Err(_) => timed_out(s.opts.timeout),
+            }
         }
         Err(r) => r,
     };
