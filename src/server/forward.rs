@@ -42,6 +42,23 @@ const RELAYED: &[&str] = &[
     super::answer::EXIT_HEADER,
 ];
 
+/// The headers a connection's operations are forwarded with (a
+/// WebSocket's: its upgrade request's credential and trace context).
+pub(super) fn credential(headers: &HeaderMap) -> HeaderMap {
+    let mut kept = HeaderMap::new();
+    for name in PASSED_ON
+        .iter()
+        .filter(|n| **n != "content-type" && **n != "accept")
+    {
+        for value in headers.get_all(*name) {
+            if let Ok(n) = HeaderName::from_bytes(name.as_bytes()) {
+                kept.append(n, value.clone());
+            }
+        }
+    }
+    kept
+}
+
 /// Whether this request was forwarded here by another instance.
 pub(super) fn is_forwarded(headers: &HeaderMap) -> bool {
     headers.contains_key(FORWARDED_BY)
@@ -102,6 +119,9 @@ async fn send(
     }
     .timeout(s.opts.timeout);
     for name in PASSED_ON {
+        if content_type.is_some() && *name == "content-type" {
+            continue;
+        }
         for value in headers.get_all(*name) {
             request = request.header(*name, value.as_bytes());
         }

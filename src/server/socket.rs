@@ -6,6 +6,7 @@
 use super::access::{caller, permit, Asked, Permit};
 use super::answer::{failure_response, reply_text, with_status};
 use super::events::{Cursor, Filter};
+use super::forward;
 use super::ledger::{Caller, Gone};
 use super::state::{AppState, HttpOptions};
 use super::streams::{
@@ -58,10 +59,13 @@ pub(super) async fn ws(
         s.bodies.clone(),
         max,
     )));
+    // In a cluster, operations on chains another instance decides go
+    // there with the credential the socket showed (see `forward`).
+    let forward_as = forward::refers(&caller, &headers).then(|| forward::credential(&headers));
     tokio::spawn(async move {
         let _place = place;
         if let Some(socket) = ws_upgrade::open(on_upgrade, max, watch.clone()).await {
-            ws_session(s, caller, socket, watch).await;
+            ws_session(s, caller, forward_as, socket, watch).await;
         }
     });
     switching
@@ -141,6 +145,7 @@ pub(super) fn going_away() -> Message {
 pub(super) async fn ws_session(
     s: AppState,
     caller: Caller,
+    forward_as: Option<axum::http::HeaderMap>,
     socket: ws_upgrade::Socket,
     watch: Arc<std::sync::Mutex<ws_upgrade::Watch>>,
 ) {
@@ -296,10 +301,31 @@ pub(super) async fn ws_session(
                     }
                 },
             },
-            line => match s.in_time(s.ledger.ops(caller.clone(), vec![line])).await {
-                Ok(Ok(Ok(mut r))) => r.pop().unwrap_or_else(|| {
-                    Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string()))
-                }),
+            line => match s
+                .in_time(
+                    s.ledger
+                        .ops_referring(caller.clone(), vec![line], forward_as.is_some()),
+                )
+                .await
+            {
+                Ok(Ok(Ok(r))) => match (r.first().and_then(Reply::referral), &forward_as) {
+                    // The message as it came is what the owner is sent.
+                    (Some(_), Some(headers)) => {
+                        let mut answer = vec![String::new()];
+                        forward::lines(&s, headers, &[&bytes], &r, &mut answer).await;
+                        if tx
+                            .send(Message::Text(answer.concat().into()))
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                        continue;
+                    }
+                    _ => r.into_iter().next().unwrap_or_else(|| {
+                        Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string()))
+                    }),
+                },
                 Ok(Ok(Err(f))) => Reply::Failed(f),
                 Ok(Err(Gone)) => Reply::Failed(Failure::new(Code::ShuttingDown, Gone.to_string())),
                 Err(_) => Reply::Failed(Failure::new(
