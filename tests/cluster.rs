@@ -378,3 +378,100 @@ fn on_kafka_any_instance_takes_any_request_and_the_owner_decides_it() {
         }
     }
 }
+
+/// The trail of `root`'s chain as instance `s`'s own views hold it (read
+/// with its session token, so answered there, not by the owner).
+fn local_chain_trail(s: &Server, root: &str) -> String {
+    server::http(&s.url)
+        .get(format!("{}/v1/runs/{root}/trail?chain=true", s.url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap()
+}
+
+#[test]
+fn on_three_instances_a_chains_steps_sent_round_robin_are_all_answered_ok() {
+    let k = common::required_env(common::KAFKA3_ENV);
+    let kafka = (k, common::unique_prefix("cluster_three"));
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let s: Vec<Server> = dirs
+        .iter()
+        .map(|d| server::start(d.path(), Some(&kafka), &[]))
+        .collect();
+    let settled3 = |v: &Value| {
+        let Some(m) = v["members"].as_array() else {
+            return false;
+        };
+        let shares: Vec<BTreeSet<u64>> = m.iter().map(owned).collect();
+        let all: BTreeSet<u64> = shares.iter().flatten().copied().collect();
+        m.len() == 3
+            && m.iter().all(|m| !m["url"].is_null() && m["stale"] == false)
+            && shares.iter().all(|s| !s.is_empty())
+            && shares.iter().map(BTreeSet::len).sum::<usize>() == all.len()
+            && all.len() == 4
+    };
+    for i in &s {
+        cluster_until(i, "all three settled", settled3);
+    }
+    let token = server::issue(&s[0].url, "operator", &[]);
+    for (agent, listens, event, artifact) in [
+        ("developer", "review.done", "code.ready", "patch"),
+        ("reviewer", "code.ready", "review.done", "review"),
+    ] {
+        let publish = json!({"op":"publish_agent","agent":agent,"scope":"acme/platform",
+            "listens":[listens],"emits":[{"event":event,"context":"c","artifacts":[artifact]}]});
+        let deadline = Instant::now() + Duration::from_secs(60);
+        // Through the last instance: once it takes the token, all do.
+        while post(&s[2].url, &token, &publish.to_string(), &[]).0 != 200 {
+            assert!(
+                Instant::now() < deadline,
+                "the token never reached every instance"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // Four chains, each driven three hops, every step through the next
+    // instance in turn: roots opened, closed, the listeners the owner's
+    // dispatcher opens closed in their turn.
+    let roots: Vec<String> = (0..4).map(|i| format!("rr-{i}")).collect();
+    let mut turn = 0usize;
+    let mut next = || {
+        turn += 1;
+        &s[turn % 3]
+    };
+    let mut answers = Vec::new();
+    for root in &roots {
+        let open = json!({"op":"open_run","run":root,"agent":"developer"});
+        answers.push(post(&next().url, &token, &open.to_string(), &[]));
+        let mut current = root.clone();
+        for hop in 1..=3 {
+            let close = json!({"op":"close_run","run":current,"status":"succeeded",
+                "artifacts":{"patch":"p","review":"r"}});
+            let via = next();
+            let answer = post(&via.url, &token, &close.to_string(), &[]);
+            assert_eq!(answer.0, 200, "{root} hop {hop}: {answer:?}");
+            answers.push(answer);
+            // The next run of the chain, once the instance asked next knows it.
+            let runs = server::wait_chain(via, root, hop + 1, Duration::from_secs(30));
+            current = runs.last().unwrap().clone();
+        }
+    }
+    for (status, _, text) in &answers {
+        assert_eq!(*status, 200, "{text}");
+    }
+    assert_eq!(answers.len(), 4 * 4);
+    // Every instance's own views end with the same trail of each chain.
+    for root in &roots {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let trails: Vec<String> = s.iter().map(|i| local_chain_trail(i, root)).collect();
+            if trails.iter().all(|t| t == &trails[0]) && trails[0].lines().count() >= 7 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{root}: {trails:#?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert!(s.iter().map(forwarded).sum::<u64>() > 0);
+}

@@ -321,13 +321,24 @@ impl Engine {
     /// Project every record the views have not applied yet. Registry first,
     /// so a run's version is always known by the time its records arrive.
     pub fn catch_up(&mut self, progress: &dyn Fn(u64)) -> Result<u64> {
+        self.catch_up_since(progress, false)
+    }
+
+    /// [`Engine::catch_up`] even inside a pipelined group that caught up
+    /// since it began: for a run or task not found, which another writer
+    /// may have recorded since (what is in flight is settled first).
+    pub(crate) fn catch_up_now(&mut self) -> Result<u64> {
+        self.catch_up_since(&|_| {}, true)
+    }
+
+    fn catch_up_since(&mut self, progress: &dyn Fn(u64), now: bool) -> Result<u64> {
         // Inside a pipelined group the views hold records not yet
         // acknowledged: caught up since the group began is caught up
         // enough; otherwise settle what is in flight first, so the log is
         // read only where the views are known to agree with it.
         let pipelined = match self.caught_up_in_pipeline() {
-            Some(true) => return Ok(0),
-            Some(false) => {
+            Some(true) if !now => return Ok(0),
+            Some(_) => {
                 self.settle_in_flight();
                 self.views.release_held();
                 true

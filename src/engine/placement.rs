@@ -67,7 +67,7 @@ impl Engine {
         let Some(placement) = self.placement.as_ref().filter(|_| self.referring) else {
             return Ok(None);
         };
-        if placement.owners.is_empty() {
+        if placement.owners.is_empty() || whose == Whose::Anyone {
             return Ok(None);
         }
         let mut partition = self.home_partition(whose, false)?;
@@ -76,9 +76,7 @@ impl Engine {
             // take a run still not known for a root run (a chain keyed
             // on itself, as every run a caller opens is): its owner
             // decided its opening, so knows it if any instance does.
-            if !self.refresh()? {
-                self.catch_up(&|_| {})?;
-            }
+            self.catch_up_now()?;
             partition = self.home_partition(whose, true)?;
         }
         let Some(placement) = self.placement.as_ref() else {

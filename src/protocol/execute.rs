@@ -301,7 +301,7 @@ fn decide_fresh(engine: &mut Engine, request: &Request) -> Result<Answer, OpErro
                 && !matches!(request, Request::Dispatch(_))
                 && matches!(e.code(), Code::UnknownAgent | Code::UnknownRun) =>
         {
-            engine.catch_up(&|_| {})?;
+            engine.catch_up_now()?;
             execute(engine, request)
         }
         answer => answer,
