@@ -9,14 +9,12 @@
 
 mod common;
 
-use agentledger::auth::Grant;
 use agentledger::content::store::ContentStore;
 use agentledger::engine::Engine;
 use agentledger::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use agentledger::log::{Appending, Log, LogError, LogRecord};
 use agentledger::model::Topic;
 use agentledger::projector::project_all;
-use agentledger::protocol::{reply_group, Line, Reply};
 use agentledger::views::Views;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -146,18 +144,9 @@ fn setup() -> Setup {
 
 /// Decide `ops` as one group; the code of each answer (`ok` or the error).
 fn group(engine: &mut Engine, ops: &[Value]) -> Vec<String> {
-    let operator = Grant::operator();
-    let lines = ops
+    common::operator_group(engine, ops)
         .iter()
-        .map(|v| (&operator, None, Ok::<Value, _>(v.clone()) as Line));
-    let done = reply_group(engine, lines, None::<fn(&mut Engine)>);
-    done.durable.unwrap();
-    done.answered
-        .iter()
-        .map(|a| match &a.reply {
-            Reply::Done(_) => "ok".to_string(),
-            Reply::Failed(f) => f.error.code.to_string(),
-        })
+        .map(common::reply_code)
         .collect()
 }
 

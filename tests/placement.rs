@@ -6,31 +6,16 @@
 //! is decided here as before. Checked on the embedded log, with the
 //! placement set as the serve loop would set it.
 
-use agentledger::auth::Grant;
 use agentledger::engine::{Engine, EngineOptions, Owner, Placement};
 use agentledger::log::Log;
 use agentledger::model::Topic;
-use agentledger::protocol::{reply_group, Line, Reply};
+use agentledger::protocol::Reply;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Answer `ops` as one group, as the operator: each line's code (`ok`).
-fn group(engine: &mut Engine, ops: &[Value]) -> Vec<Reply> {
-    let operator = Grant::operator();
-    let lines = ops
-        .iter()
-        .map(|v| (&operator, None, Ok::<Value, _>(v.clone()) as Line));
-    let done = reply_group(engine, lines, None::<fn(&mut Engine)>);
-    done.durable.unwrap();
-    done.answered.into_iter().map(|a| a.reply).collect()
-}
+mod common;
 
-fn code(r: &Reply) -> String {
-    match r {
-        Reply::Done(_) => "ok".into(),
-        Reply::Failed(f) => f.error.code.to_string(),
-    }
-}
+use common::{operator_group as group, reply_code as code};
 
 /// A run id whose chain lands in `partition`.
 fn run_in(log: &dyn Log, partition: u32, tag: &str) -> String {

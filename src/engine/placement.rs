@@ -40,6 +40,18 @@ pub struct Referral {
     pub owner: Owner,
 }
 
+/// Names the partition and its owner, as every refusal or forward
+/// failure that follows a referral says it.
+impl std::fmt::Display for Referral {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ledger partition {} of this chain is decided by instance {} at {}",
+            self.partition, self.owner.id, self.owner.url
+        )
+    }
+}
+
 impl Engine {
     /// Say who decides which ledger partition (`None`: this instance
     /// decides everything, as the only one).

@@ -21,10 +21,7 @@ pub enum OpError {
     UnknownOp(String),
     #[error("{0}")]
     Ledger(#[from] LedgerError),
-    #[error(
-        "ledger partition {partition} of this chain is decided by instance {id} at {url}, not this one",
-        partition = .0.partition, id = .0.owner.id, url = .0.owner.url
-    )]
+    #[error("{0}, not this one")]
     Elsewhere(Box<crate::engine::Referral>),
 }
 

@@ -46,6 +46,26 @@ pub(super) fn retryable(code: Code) -> bool {
     matches!(code, Code::Overloaded | Code::ShuttingDown | Code::NotOwner)
 }
 
+/// Tell the caller to ask again in a second.
+pub(super) fn ask_again(r: &mut Response) {
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+}
+
+/// One operation's reply as a JSON answer: the status its code maps to,
+/// `Retry-After` when it says to ask again.
+pub(super) fn reply_response(reply: &Reply) -> Response {
+    let (status, retry) = match reply {
+        Reply::Done(_) => (StatusCode::OK, false),
+        Reply::Failed(f) => (status_of(f.error.code), retryable(f.error.code)),
+    };
+    let mut r = json_response(status, reply_text(reply));
+    if retry {
+        ask_again(&mut r);
+    }
+    r
+}
+
 pub(super) fn json_response(status: StatusCode, body: String) -> Response {
     let mut r = (status, body).into_response();
     r.headers_mut().insert(
@@ -64,8 +84,7 @@ pub(super) fn failure_response(f: Failure) -> Response {
         serde_json::to_string(&f).expect("failures serialise"),
     );
     if retry {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        ask_again(&mut r);
     }
     if challenge {
         // RFC 6750: say which scheme would be accepted.

@@ -10,7 +10,7 @@
 //! `not_owner`, which the caller sees as 503 with `Retry-After`. The
 //! header grants nothing; a caller that sends it only gives up forwarding.
 
-use super::answer::{reply_text, retryable};
+use super::answer::reply_text;
 use super::ledger::Caller;
 use super::state::AppState;
 use crate::codes::Code;
@@ -95,10 +95,7 @@ fn client() -> &'static reqwest::Client {
 fn unreachable(to: &Referral, why: impl std::fmt::Display) -> Failure {
     Failure::new(
         Code::NotOwner,
-        format!(
-            "ledger partition {} of this chain is decided by instance {} at {}, which could not be asked ({why}); ask again in a moment",
-            to.partition, to.owner.id, to.owner.url
-        ),
+        format!("{to}, which could not be asked ({why}); ask again in a moment"),
     )
 }
 
@@ -254,14 +251,6 @@ fn cut(text: &str) -> String {
 pub(super) fn not_owner(to: &Referral) -> Failure {
     Failure::new(
         Code::NotOwner,
-        format!(
-            "ledger partition {} of this chain is decided by instance {} at {}, not this one; ask again in a moment",
-            to.partition, to.owner.id, to.owner.url
-        ),
+        format!("{to}, not this one; ask again in a moment"),
     )
-}
-
-/// Whether a reply's failure, relayed as a whole answer, says to retry.
-pub(super) fn retry_after(reply: &Reply) -> bool {
-    matches!(reply, Reply::Failed(f) if retryable(f.error.code))
 }

@@ -303,8 +303,7 @@ pub(super) async fn gate(
                         ),
                         None,
                     );
-                    r.headers_mut()
-                        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                    super::answer::ask_again(&mut r);
                     r
                 }
                 Ok(Ok(Ok(mut bound))) => {

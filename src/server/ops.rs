@@ -3,7 +3,7 @@
 
 use super::access::{caller, request_slot, Asked};
 use super::answer::{
-    failure_response, gone, json_response, reply_text, status_of, timed_out, with_status,
+    failure_response, gone, reply_response, reply_text, status_of, timed_out, with_status,
 };
 use super::forward;
 use super::ledger::{Caller, Gone, Line};
@@ -165,11 +165,11 @@ pub(super) async fn ops_inner(
     let Some(reply) = replies.into_iter().next() else {
         return gone();
     };
-    let status = match &reply {
-        Reply::Done(_) => StatusCode::OK,
-        Reply::Failed(f) => status_of(f.error.code),
-    };
     if prefers_event_stream(headers) {
+        let status = match &reply {
+            Reply::Done(_) => StatusCode::OK,
+            Reply::Failed(f) => status_of(f.error.code),
+        };
         let mut r = (
             status,
             format!("event: message\ndata: {}\n\n", reply_text(&reply)),
@@ -181,12 +181,7 @@ pub(super) async fn ops_inner(
         );
         return r;
     }
-    let mut r = json_response(status, reply_text(&reply));
-    if forward::retry_after(&reply) {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    r
+    reply_response(&reply)
 }
 
 #[cfg(test)]

@@ -721,6 +721,27 @@ pub fn holding(dir: &Path, needle: &str) -> Vec<String> {
     found
 }
 
+/// Decide `ops` as one group, as the operator, on `engine`'s own log; the
+/// group made durable, each line's reply.
+pub fn operator_group(engine: &mut Engine, ops: &[Value]) -> Vec<protocol::Reply> {
+    use agentledger::protocol::{reply_group, Line};
+    let operator = agentledger::auth::Grant::operator();
+    let lines = ops
+        .iter()
+        .map(|v| (&operator, None, Ok::<Value, _>(v.clone()) as Line));
+    let done = reply_group(engine, lines, None::<fn(&mut Engine)>);
+    done.durable.unwrap();
+    done.answered.into_iter().map(|a| a.reply).collect()
+}
+
+/// A reply's code: `ok`, or its error's.
+pub fn reply_code(r: &protocol::Reply) -> String {
+    match r {
+        protocol::Reply::Done(_) => "ok".into(),
+        protocol::Reply::Failed(f) => f.error.code.to_string(),
+    }
+}
+
 /// Apply `op`, retrying while the log fails (a broker down), as a platform
 /// would; codes in `done_codes` mean an earlier attempt got through.
 pub fn apply_retrying(engine: &mut agentledger::engine::Engine, op: Value, done_codes: &[&str]) {
