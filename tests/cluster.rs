@@ -12,19 +12,30 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 fn cluster(s: &Server) -> Value {
-    let r = server::http(&s.url)
-        .get(format!("{}/v1/cluster", s.url))
-        .send()
-        .unwrap();
+    cluster_via(&server::http(&s.url), &s.url)
+}
+
+/// `GET /v1/cluster` of the instance at `url`, asked with client `c`.
+fn cluster_via(c: &reqwest::blocking::Client, url: &str) -> Value {
+    let r = c.get(format!("{url}/v1/cluster")).send().unwrap();
     assert_eq!(r.status().as_u16(), 200);
     r.json().unwrap()
 }
 
 /// Ask `s` until `done` holds of its answer (within 90 s).
 fn cluster_until(s: &Server, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    cluster_until_via(&server::http(&s.url), &s.url, what, done)
+}
+
+fn cluster_until_via(
+    c: &reqwest::blocking::Client,
+    url: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let v = cluster(s);
+        let v = cluster_via(c, url);
         if done(&v) {
             return v;
         }
@@ -200,8 +211,12 @@ fn post(
 
 /// The forwarded-requests counter of an instance's `/metrics`.
 fn forwarded(s: &Server) -> u64 {
-    let text = server::http(&s.url)
-        .get(format!("{}/metrics", s.url))
+    forwarded_via(&server::http(&s.url), &s.url)
+}
+
+fn forwarded_via(c: &reqwest::blocking::Client, url: &str) -> u64 {
+    let text = c
+        .get(format!("{url}/metrics"))
         .send()
         .unwrap()
         .text()
@@ -213,11 +228,16 @@ fn forwarded(s: &Server) -> u64 {
 
 /// Each step of a run's trail as `s` answers it: (partition, writer).
 fn trail(s: &Server, token: &str, run: &str) -> Vec<(u64, String)> {
-    let r = server::client()
-        .get(format!("{}/v1/runs/{run}/trail", s.url))
-        .bearer_auth(token)
-        .send()
-        .unwrap();
+    trail_via(
+        server::client()
+            .get(format!("{}/v1/runs/{run}/trail", s.url))
+            .bearer_auth(token),
+    )
+}
+
+/// Each step of a trail as `asked` (its GET) answers it.
+fn trail_via(asked: reqwest::blocking::RequestBuilder) -> Vec<(u64, String)> {
+    let r = asked.send().unwrap();
     if r.status().as_u16() != 200 {
         return Vec::new();
     }
@@ -474,4 +494,278 @@ fn on_three_instances_a_chains_steps_sent_round_robin_are_all_answered_ok() {
         }
     }
     assert!(s.iter().map(forwarded).sum::<u64>() > 0);
+}
+
+/// A client of instances serving HTTPS with certificates of `ca`, showing
+/// the client certificate `identity` if given and, if given, `bearer`.
+fn tls_client(
+    ca: &common::tls::TestCa,
+    identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    bearer: Option<&str>,
+) -> reqwest::blocking::Client {
+    let mut b = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap());
+    if let Some((cert, key)) = identity {
+        let mut pem = std::fs::read(key).unwrap();
+        pem.extend(std::fs::read(cert).unwrap());
+        b = b.identity(reqwest::Identity::from_pem(&pem).unwrap());
+    }
+    if let Some(t) = bearer {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert("authorization", format!("Bearer {t}").parse().unwrap());
+        b = b.default_headers(h);
+    }
+    b.build().unwrap()
+}
+
+/// POST one operation with client `c`: the status and the answer.
+fn post_via(c: &reqwest::blocking::Client, url: &str, op: &Value) -> (u16, Value) {
+    let r = c
+        .post(format!("{url}/v1/ops"))
+        .header("content-type", "application/json")
+        .body(op.to_string())
+        .send()
+        .unwrap();
+    (r.status().as_u16(), r.json().unwrap())
+}
+
+/// A run id whose chain lands in one of `partitions` (of the four).
+fn run_in(partitions: &BTreeSet<u64>, tag: &str) -> String {
+    (0..)
+        .map(|i| format!("{tag}-{i}"))
+        .find(|r| partitions.contains(&(common::java_partition(r.as_bytes(), 4) as u64)))
+        .unwrap()
+}
+
+/// Callers whose credential only the instance they reach can check — a
+/// client certificate (it stays with its TLS connection), that instance's
+/// own session token — are forwarded with an assertion made with the
+/// cluster key, and the owner decides as them: a run of another instance's
+/// partition opened with a platform's certificate or the session token is
+/// written by that owner; the owner's policy holds through forwarding (an
+/// agent's certificate cannot close another agent's run through either
+/// instance, while the run's own agent can). An assertion made with the key
+/// but sent with another body or to another path, one made with another
+/// key, or one on a request that was not forwarded is refused 401 saying why.
+#[test]
+fn on_kafka_callers_only_one_instance_can_authenticate_are_vouched_for_with_the_cluster_key() {
+    use agentledger::auth::assertion;
+    use common::tls::TestCa;
+    let Backend::Kafka(k) = Backend::kafka("cluster_vouch") else {
+        unreachable!("a Kafka backend")
+    };
+    let kafka = (k.brokers.clone(), k.topic_prefix.clone());
+    let d = tempfile::tempdir().unwrap();
+    let server_ca = TestCa::new();
+    let (cert, key) = server_ca.server(d.path(), "server");
+    let server_ca_file = server_ca.write(d.path(), "server");
+    let clients = TestCa::new();
+    let clients_file = clients.write(d.path(), "clients");
+    let key_file = d.path().join("cluster.key");
+    let secret = "5e".repeat(32);
+    std::fs::write(&key_file, format!("{secret}\n")).unwrap();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let args = [
+        "--tls-cert".to_string(),
+        path(&cert),
+        "--tls-key".into(),
+        path(&key),
+        "--client-ca".into(),
+        path(&clients_file),
+        "--cluster-key".into(),
+        path(&key_file),
+        "--tls-ca".into(),
+        path(&server_ca_file),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sa = server::start(&d.path().join("a"), Some(&kafka), &args);
+    let sb = server::start(&d.path().join("b"), Some(&kafka), &args);
+    assert!(sa.url.starts_with("https://"), "{}", sa.url);
+    let session = |s: &Server| server::SESSIONS.lock().unwrap()[&s.url].clone();
+    let (op_a, op_b) = (
+        tls_client(&server_ca, None, Some(&session(&sa))),
+        tls_client(&server_ca, None, Some(&session(&sb))),
+    );
+    let va = cluster_until_via(&op_a, &sa.url, "a sees both settled", settled);
+    cluster_until_via(&op_b, &sb.url, "b sees both settled", settled);
+    let me_a = va["me"].as_str().unwrap().to_string();
+    let writer = |id: &str| id.split('#').next().unwrap().to_string();
+    let (mine, theirs): (Vec<&Value>, Vec<&Value>) = va["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .partition(|m| m["id"] == me_a.as_str());
+    let b_owns = owned(theirs[0]);
+    assert!(owned(mine[0]).is_disjoint(&b_owns));
+    let b_writes_as = writer(theirs[0]["id"].as_str().unwrap());
+
+    let cert_client = |name: &str, uri: &str| {
+        tls_client(
+            &server_ca,
+            Some(clients.client(d.path(), name, &[uri])),
+            None,
+        )
+    };
+    let platform = cert_client("platform", "agentledger:platform:acme?scope=acme/travel");
+    for agent in ["hotel", "weather"] {
+        let publish = json!({"op":"publish_agent","agent":agent,"scope":"acme/travel"});
+        let (status, a) = post_via(&platform, &sa.url, &publish);
+        assert_eq!(status, 200, "{a}");
+    }
+    // Opened with the platform's certificate through a, on b's partition;
+    // the agent's own certificate closes it through a too.
+    let before = forwarded_via(&op_a, &sa.url);
+    let run = run_in(&b_owns, "vouch-cert");
+    let (status, a) = post_via(
+        &platform,
+        &sa.url,
+        &json!({"op":"open_run","run":run,"agent":"hotel"}),
+    );
+    assert_eq!(status, 200, "{a}");
+    assert!(forwarded_via(&op_a, &sa.url) > before);
+    // The weather agent cannot close the hotel's run through either instance.
+    let weather = cert_client("weather", "agentledger:agent:weather");
+    let close = json!({"op":"close_run","run":run,"status":"succeeded"});
+    for s in [&sa, &sb] {
+        let (status, a) = post_via(&weather, &s.url, &close);
+        assert_eq!(
+            (status, &a["error"]["code"]),
+            (403, &json!("forbidden")),
+            "{a}"
+        );
+    }
+    let hotel = cert_client("hotel", "agentledger:agent:hotel");
+    let (status, a) = post_via(&hotel, &sa.url, &close);
+    assert_eq!(status, 200, "{a}");
+    // The trail, read with the certificate through a, is b's writing.
+    let steps = trail_via(platform.get(format!("{}/v1/runs/{run}/trail", sa.url)));
+    assert!(steps.len() >= 2, "{steps:?}");
+    assert!(steps.iter().all(|(_, w)| *w == b_writes_as), "{steps:?}");
+
+    // a's own session token, for a run on b's partition: decided by b.
+    let run = run_in(&b_owns, "vouch-session");
+    let (status, a) = post_via(
+        &op_a,
+        &sa.url,
+        &json!({"op":"open_run","run":run,"agent":"weather"}),
+    );
+    assert_eq!(status, 200, "{a}");
+    let steps = trail_via(op_a.get(format!("{}/v1/runs/{run}/trail", sa.url)));
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert_eq!(steps[0].1, b_writes_as, "{steps:?}");
+
+    // Assertions made with the key (as a would), sent to b directly.
+    let key = assertion::ClusterKey::from_bytes(secret.as_bytes()).unwrap();
+    let acme = agentledger::auth::Grant::new(
+        agentledger::auth::Principal::Platform("acme".into()),
+        vec!["acme/travel".into()],
+    )
+    .unwrap();
+    let plain = tls_client(&server_ca, None, None);
+    let asserted =
+        |key: &assertion::ClusterKey, target: &str, made_for: &str, sent: &str, forwarded: bool| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64;
+            let a = assertion::make(
+                key,
+                "test",
+                &acme,
+                None,
+                target,
+                &assertion::body_digest(made_for.as_bytes()),
+                now,
+            );
+            let mut r = plain
+                .post(format!("{}/v1/ops", sb.url))
+                .header("content-type", "application/json")
+                .header(assertion::HEADER, a)
+                .body(sent.to_string());
+            if forwarded {
+                r = r.header("x-agentledger-forwarded-by", "test");
+            }
+            let r = r.send().unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().unwrap())
+        };
+    let own = run_in(&b_owns, "vouch-made");
+    let open = json!({"op":"open_run","run":own,"agent":"hotel"}).to_string();
+    let other = json!({"op":"open_run","run":format!("{own}-x"),"agent":"hotel"}).to_string();
+    let wrong_key = assertion::ClusterKey::from_bytes(&[7; 32]).unwrap();
+    for (k, target, made_for, forwarded, says) in [
+        (&key, "/v1/ops", &other, true, "another body"),
+        (&key, "/v1/runs/x/trail", &open, true, "was made for"),
+        (&wrong_key, "/v1/ops", &open, true, "--cluster-key"),
+        (
+            &key,
+            "/v1/ops",
+            &open,
+            false,
+            "only on a request another instance forwarded",
+        ),
+    ] {
+        let (status, a) = asserted(k, target, made_for, &open, forwarded);
+        assert_eq!(status, 401, "{says}: {a}");
+        let message = a["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{says}: {a}");
+    }
+    // Nothing of those was recorded; the one made right is answered.
+    let (status, a) = post_via(
+        &op_b,
+        &sb.url,
+        &json!({"op":"read_artifact","run":own,"name":"x"}),
+    );
+    assert_eq!(
+        (status, &a["error"]["code"]),
+        (422, &json!("unknown_run")),
+        "{a}"
+    );
+    let (status, a) = asserted(&key, "/v1/ops", &open, &open, true);
+    assert_eq!(status, 200, "{a}");
+}
+
+/// An instance without a cluster key takes no assertion, saying what it
+/// lacks; a key file too short to be one stops `serve` before it listens.
+#[test]
+fn an_assertion_needs_the_cluster_key_and_a_key_must_be_long_enough() {
+    let d = tempfile::tempdir().unwrap();
+    let s = server::start(&d.path().join("data"), None, &[]);
+    let r = server::client()
+        .post(format!("{}/v1/ops", s.url))
+        .header("x-agentledger-assertion", "v1.e30.AAAA")
+        .header("x-agentledger-forwarded-by", "test")
+        .body(r#"{"op":"publish_agent","agent":"a","scope":"s"}"#)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["error"]["code"], "unauthenticated", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no --cluster-key"),
+        "{v}"
+    );
+    let short = d.path().join("short.key");
+    std::fs::write(&short, "tooshort\n").unwrap();
+    let other = d.path().join("other");
+    let (code, _, err) = common::cli(
+        &other,
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--cluster-key",
+            short.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--cluster-key") && err.contains("holds 8 bytes"),
+        "{err}"
+    );
+    assert!(!other.join("serve.addr").exists());
 }

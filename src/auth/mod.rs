@@ -3,6 +3,7 @@
 //! from the views, gathered by [`facts`]). Credentials and their checking
 //! live at the network edge.
 
+pub mod assertion;
 pub mod client_cert;
 pub mod facts;
 pub mod jwt;

@@ -494,6 +494,14 @@ pub enum Command {
         /// on, unless that is a wildcard address.
         #[arg(long, value_name = "URL", requires = "listen", value_parser = advertised_url)]
         advertise: Option<String>,
+        /// A file holding a secret every instance of the cluster shares
+        /// (32 bytes or more; `openssl rand -hex 32`): requests of callers
+        /// whose credential cannot be passed on (a client certificate,
+        /// this instance's session token) are forwarded to the owner of
+        /// their chain with an assertion made with it. Another instance's
+        /// certificate is trusted by --tls-ca besides the system's roots.
+        #[arg(long, value_name = "FILE", requires = "listen")]
+        cluster_key: Option<PathBuf>,
     },
     /// Follow the agent events actually published, as JSON lines.
     #[command(

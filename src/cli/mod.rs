@@ -428,6 +428,7 @@ fn run_command(cli: Cli) -> Result<i32> {
             witness_key,
             allowed_host,
             advertise,
+            cluster_key,
         } => serve::serve(
             &cli,
             &serve::ServeOptions {
@@ -482,6 +483,24 @@ fn run_command(cli: Cli) -> Result<i32> {
                         .collect::<Result<Vec<_>>>()?,
                     allowed_hosts: allowed_host.clone(),
                     advertise: advertise.clone(),
+                    cluster_key: match cluster_key {
+                        Some(file) => Some(std::sync::Arc::new(
+                            agentledger::auth::assertion::ClusterKey::load(file)
+                                .context("--cluster-key")?,
+                        )),
+                        None => None,
+                    },
+                    peer_ca: match &cli.tls_ca {
+                        Some(ca) => Some(
+                            std::fs::read(ca)
+                                .ok()
+                                .and_then(|pem| reqwest::Certificate::from_pem(&pem).ok())
+                                .with_context(|| {
+                                    format!("--tls-ca {}: not a readable PEM certificate", ca.display())
+                                })?,
+                        ),
+                        None => None,
+                    },
                 },
             },
             serve::shutdown_flag(),

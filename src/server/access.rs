@@ -8,7 +8,7 @@ use super::ledger::{grant_of, Caller, Gone};
 use super::shares::{Full, Slot};
 use super::state::AppState;
 use super::tls::ClientIdentity;
-use crate::auth::{authorize, jwt, tokens, Action, Facts, Subject};
+use crate::auth::{assertion, authorize, jwt, tokens, Action, Facts, Subject};
 use crate::codes::Code;
 use crate::protocol::Failure;
 use crate::queries::{self, Query};
@@ -22,6 +22,9 @@ use std::time::Duration;
 /// operator when it shows the session token, else a token the ledger
 /// thread looks up. No header, or not a bearer one: 401.
 pub(super) fn caller(s: &AppState, asked: &Asked) -> Result<Caller, Failure> {
+    if let Some(assertion) = asked.get(assertion::HEADER) {
+        return asserted(s, asked, assertion);
+    }
     let value = asked
         .get(header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or(""));
@@ -43,6 +46,58 @@ pub(super) fn caller(s: &AppState, asked: &Asked) -> Result<Caller, Failure> {
     match tokens::hash(token) {
         sha if same_secret(&sha, &s.session) => Ok(Caller::Operator),
         sha => Ok(Caller::Token(sha)),
+    }
+}
+
+/// The caller another instance vouched for, forwarding its request here
+/// (see `auth::assertion`): taken only on a forwarded request, with this
+/// instance's `--cluster-key`, for the path asked.
+fn asserted(s: &AppState, asked: &Asked, value: &HeaderValue) -> Result<Caller, Failure> {
+    let refused = |why: String| Failure::new(Code::Unauthenticated, why);
+    let Some(key) = s.opts.cluster_key.as_deref() else {
+        return Err(refused(
+            "a cluster assertion was shown, but this instance has no --cluster-key; give every instance of the cluster the same one".into(),
+        ));
+    };
+    if !super::forward::is_forwarded(asked) {
+        return Err(refused(
+            "a cluster assertion is taken only on a request another instance forwarded".into(),
+        ));
+    }
+    let a = assertion::verify(
+        key,
+        value.to_str().unwrap_or(""),
+        asked.target(),
+        super::ledger::wall_clock_ms(),
+    )
+    .map_err(|u| refused(u.0))?;
+    Ok(match a.grant.principal {
+        crate::auth::Principal::Operator => Caller::Operator,
+        _ => Caller::Granted(Arc::new(a.grant), a.lapses),
+    })
+}
+
+/// Whether a forwarded request's body is the one its assertion was made
+/// for (a request without an assertion: yes).
+pub(super) fn body_asserted(s: &AppState, asked: &Asked, body: &[u8]) -> Result<(), Failure> {
+    let (Some(value), Some(key)) = (asked.get(assertion::HEADER), s.opts.cluster_key.as_deref())
+    else {
+        return Ok(());
+    };
+    let a = assertion::verify(
+        key,
+        value.to_str().unwrap_or(""),
+        asked.target(),
+        super::ledger::wall_clock_ms(),
+    )
+    .map_err(|u| Failure::new(Code::Unauthenticated, u.0))?;
+    if a.body == assertion::body_digest(body) {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            Code::Unauthenticated,
+            "the cluster assertion was made for another body",
+        ))
     }
 }
 

@@ -13,13 +13,14 @@
 use super::answer::reply_text;
 use super::ledger::Caller;
 use super::state::AppState;
+use crate::auth::assertion;
+use crate::auth::Grant;
 use crate::codes::Code;
 use crate::engine::Referral;
 use crate::protocol::{Failure, Reply};
 use axum::body::Bytes;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use std::sync::OnceLock;
 
 /// Marks a request one instance forwarded to another; its value is the
 /// forwarding instance's id.
@@ -66,29 +67,55 @@ pub(super) fn is_forwarded(headers: &HeaderMap) -> bool {
 
 /// Whether lines of chains another instance owns are referred there: the
 /// caller's credential means the same to every instance (a ledger token,
-/// a JWT), or the request was forwarded here and this instance only
-/// re-checks that it owns what it is asked. The operator's session token
-/// is this instance's own, and a client certificate cannot be passed on:
-/// their requests are decided here, as on a single instance.
-pub(super) fn refers(caller: &Caller, headers: &HeaderMap) -> bool {
-    is_forwarded(headers)
-        || match caller {
-            Caller::Operator => false,
-            Caller::Token(_) => true,
-            Caller::Granted(..) => headers.contains_key(header::AUTHORIZATION),
-        }
+/// a JWT), or this instance can vouch for the caller with the cluster key
+/// (the operator's session token is this instance's own, a client
+/// certificate cannot be passed on), or the request was forwarded here
+/// and this instance only re-checks that it owns what it is asked.
+/// Otherwise the request is decided here, as on a single instance.
+pub(super) fn refers(s: &AppState, caller: &Caller, headers: &HeaderMap) -> bool {
+    is_forwarded(headers) || passed_on(caller, headers) || s.opts.cluster_key.is_some()
 }
 
-/// The client instances forward with: no redirects followed, the request
-/// timeout applied by the caller's own deadline.
-fn client() -> &'static reqwest::Client {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new())
-    })
+/// Whether the caller's own credential is forwarded (else the forwarding
+/// instance vouches for it with an assertion).
+fn passed_on(caller: &Caller, headers: &HeaderMap) -> bool {
+    match caller {
+        Caller::Operator => false,
+        Caller::Token(_) => true,
+        Caller::Granted(..) => headers.contains_key(header::AUTHORIZATION),
+    }
+}
+
+/// The assertion `caller`'s forward to `target` carries when its own
+/// credential is not passed on: the grant this instance authenticated,
+/// made with the cluster key for this body.
+fn assertion_for(s: &AppState, caller: &Caller, target: &str, body: &[u8]) -> Option<String> {
+    let key = s.opts.cluster_key.as_deref()?;
+    let operator = Grant::operator();
+    let (grant, lapses) = match caller {
+        Caller::Operator => (&operator, None),
+        Caller::Granted(grant, lapses) => (&**grant, *lapses),
+        Caller::Token(_) => return None,
+    };
+    Some(assertion::make(
+        key,
+        &me(s),
+        grant,
+        lapses,
+        target,
+        &assertion::body_digest(body),
+        super::ledger::wall_clock_ms(),
+    ))
+}
+
+/// This instance's id in the cluster.
+fn me(s: &AppState) -> String {
+    s.ledger
+        .cluster
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .me
+        .clone()
 }
 
 /// What forwarding to `to` failed with, as the caller is told.
@@ -99,10 +126,11 @@ fn unreachable(to: &Referral, why: impl std::fmt::Display) -> Failure {
     )
 }
 
-/// Ask the owner for `target` (a path and query) with the caller's
-/// headers: POST `body` when there is one, else GET.
+/// Ask the owner for `target` (a path and query) for `caller`, with the
+/// caller's headers: POST `body` when there is one, else GET.
 async fn send(
     s: &AppState,
+    caller: &Caller,
     to: &Referral,
     target: &str,
     headers: &HeaderMap,
@@ -110,13 +138,30 @@ async fn send(
     body: Option<Bytes>,
 ) -> Result<reqwest::Response, Failure> {
     let url = format!("{}{target}", to.owner.url.trim_end_matches('/'));
+    let vouched = if passed_on(caller, headers) {
+        None
+    } else {
+        // Its credential means nothing there (or cannot travel): vouch.
+        match assertion_for(s, caller, target, body.as_deref().unwrap_or_default()) {
+            Some(a) => Some(a),
+            None => {
+                return Err(Failure::new(
+                    Code::NotOwner,
+                    format!(
+                    "{to}; this instance cannot vouch for the caller there without --cluster-key"
+                ),
+                ))
+            }
+        }
+    };
     let mut request = match body {
-        Some(body) => client().post(url).body(body),
-        None => client().get(url),
+        Some(body) => s.peers.post(url).body(body),
+        None => s.peers.get(url),
     }
     .timeout(s.opts.timeout);
     for name in PASSED_ON {
-        if content_type.is_some() && *name == "content-type" {
+        let replaced = content_type.is_some() && *name == "content-type";
+        if replaced || (vouched.is_some() && *name == "authorization") {
             continue;
         }
         for value in headers.get_all(*name) {
@@ -126,14 +171,10 @@ async fn send(
     if let Some(t) = content_type {
         request = request.header(header::CONTENT_TYPE, t);
     }
-    let me = s
-        .ledger
-        .cluster
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .me
-        .clone();
-    request = request.header(FORWARDED_BY, me);
+    if let Some(a) = vouched {
+        request = request.header(assertion::HEADER, a);
+    }
+    request = request.header(FORWARDED_BY, me(s));
     s.ledger.metrics.forwarded();
     request.send().await.map_err(|e| unreachable(to, e))
 }
@@ -142,12 +183,13 @@ async fn send(
 /// owner's answer as it is (status, body, the headers that matter).
 pub(super) async fn whole(
     s: &AppState,
+    caller: &Caller,
     to: &Referral,
     target: &str,
     headers: &HeaderMap,
     body: Option<Bytes>,
 ) -> Response {
-    let answer = match send(s, to, target, headers, None, body).await {
+    let answer = match send(s, caller, to, target, headers, None, body).await {
         Ok(a) => a,
         Err(f) => return super::answer::failure_response(f),
     };
@@ -177,6 +219,7 @@ pub(super) async fn whole(
 /// place of the referrals in `texts` (one answer line per request line).
 pub(super) async fn lines(
     s: &AppState,
+    caller: &Caller,
     headers: &HeaderMap,
     raw: &[&[u8]],
     replies: &[Reply],
@@ -198,10 +241,11 @@ pub(super) async fn lines(
             body.push(b'\n');
         }
         let ndjson = Some("application/x-ndjson");
-        let answered = match send(s, to, "/v1/ops", headers, ndjson, Some(body.into())).await {
-            Ok(a) => relayed_lines(to, a, mine.len()).await,
-            Err(f) => Err(f),
-        };
+        let answered =
+            match send(s, caller, to, "/v1/ops", headers, ndjson, Some(body.into())).await {
+                Ok(a) => relayed_lines(to, a, mine.len()).await,
+                Err(f) => Err(f),
+            };
         match answered {
             Ok(got) => {
                 for ((i, _), line) in mine.iter().zip(got) {

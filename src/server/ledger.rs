@@ -104,7 +104,7 @@ pub fn grant_of(engine: &mut Engine, caller: &Caller) -> Result<Grant, Failure> 
 }
 
 /// Now, by the wall clock credentials are dated by.
-fn wall_clock_ms() -> u64 {
+pub(super) fn wall_clock_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

@@ -1,7 +1,7 @@
 //! `POST /v1/ops`: one operation as JSON, or many as ndjson; one SSE event
 //! when the caller prefers `text/event-stream`.
 
-use super::access::{caller, request_slot, Asked};
+use super::access::{body_asserted, caller, request_slot, Asked};
 use super::answer::{
     failure_response, gone, reply_response, reply_text, status_of, timed_out, with_status,
 };
@@ -77,7 +77,11 @@ pub(super) async fn ops(
     headers: Asked,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let response = match caller(&s, &headers) {
+    let bound = |b: &Bytes| body_asserted(&s, &headers, b);
+    let response = match caller(&s, &headers).and_then(|c| {
+        body.as_ref().map_or(Ok(()), bound)?;
+        Ok(c)
+    }) {
         Ok(c) => ops_inner(&s, c, &headers, body).await,
         Err(f) => failure_response(f),
     };
@@ -125,7 +129,9 @@ pub(super) async fn ops_inner(
             ),
         ));
     }
-    let refer = forward::refers(&caller, headers);
+    let refer = forward::refers(s, &caller, headers);
+    // Who the owner is asked for, if a line goes there.
+    let forwarding = refer.then(|| caller.clone());
     let replies = match s
         .in_time(s.ledger.ops_referring(caller, lines, refer))
         .await
@@ -137,18 +143,19 @@ pub(super) async fn ops_inner(
     };
     // Lines of chains another instance decides go to it (once: a
     // forwarded request's referrals are answered as they are).
-    let elsewhere =
-        !forward::is_forwarded(headers) && replies.iter().any(|r| r.referral().is_some());
-    if elsewhere && !ndjson {
+    let elsewhere = forwarding.as_ref().filter(|_| {
+        !forward::is_forwarded(headers) && replies.iter().any(|r| r.referral().is_some())
+    });
+    if let (Some(caller), false) = (elsewhere, ndjson) {
         if let Some(to) = replies.first().and_then(Reply::referral) {
-            return forward::whole(s, to, "/v1/ops", headers, Some(body)).await;
+            return forward::whole(s, caller, to, "/v1/ops", headers, Some(body)).await;
         }
     }
     if ndjson {
         let mut texts: Vec<String> = replies.iter().map(reply_text).collect();
-        if elsewhere {
+        if let Some(caller) = elsewhere {
             let raw: Vec<&[u8]> = ndjson_raw(&body).collect();
-            forward::lines(s, headers, &raw, &replies, &mut texts).await;
+            forward::lines(s, caller, headers, &raw, &replies, &mut texts).await;
         }
         let mut text = String::new();
         for t in &texts {

@@ -89,7 +89,8 @@ pub(super) async fn ask_inner(
         )),
     };
     let shape = read_shape(&q, params);
-    let refer = forward::refers(&caller, headers);
+    let refer = forward::refers(s, &caller, headers);
+    let forwarding = refer.then(|| caller.clone());
     let said = read_job_about(s, caller, subject_of(&q), move |engine| {
         // Who may not ask learns nothing, not even that the format is wrong.
         let json = json?;
@@ -111,7 +112,12 @@ pub(super) async fn ask_inner(
         Ok(Err(to)) if forward::is_forwarded(headers) => {
             return failure_response(forward::not_owner(&to))
         }
-        Ok(Err(to)) => return forward::whole(s, &to, headers.target(), headers, None).await,
+        Ok(Err(to)) => {
+            let Some(caller) = &forwarding else {
+                return failure_response(forward::not_owner(&to));
+            };
+            return forward::whole(s, caller, &to, headers.target(), headers, None).await;
+        }
         Err(r) => return r,
     };
     let json = picture.is_none() && params.format.as_deref() != Some("text");

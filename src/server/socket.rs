@@ -61,7 +61,7 @@ pub(super) async fn ws(
     )));
     // In a cluster, operations on chains another instance decides go
     // there with the credential the socket showed (see `forward`).
-    let forward_as = forward::refers(&caller, &headers).then(|| forward::credential(&headers));
+    let forward_as = forward::refers(&s, &caller, &headers).then(|| forward::credential(&headers));
     tokio::spawn(async move {
         let _place = place;
         if let Some(socket) = ws_upgrade::open(on_upgrade, max, watch.clone()).await {
@@ -312,7 +312,7 @@ pub(super) async fn ws_session(
                     // The message as it came is what the owner is sent.
                     (Some(_), Some(headers)) => {
                         let mut answer = vec![String::new()];
-                        forward::lines(&s, headers, &[&bytes], &r, &mut answer).await;
+                        forward::lines(&s, &caller, headers, &[&bytes], &r, &mut answer).await;
                         if tx
                             .send(Message::Text(answer.concat().into()))
                             .await

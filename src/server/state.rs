@@ -5,6 +5,7 @@
 
 use super::ledger::{Gone, LedgerHandle};
 use super::shares::Shares;
+use crate::auth::assertion::ClusterKey;
 use crate::auth::{jwt, tokens};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,6 +51,13 @@ pub struct HttpOptions {
     /// Where the other instances reach this one (`--advertise`); by
     /// default the address it listens on, unless a wildcard.
     pub advertise: Option<String>,
+    /// The secret the instances of a cluster share: a caller whose
+    /// credential cannot be passed on is forwarded with an assertion
+    /// made with it (`auth::assertion`), and such assertions are accepted.
+    pub cluster_key: Option<Arc<ClusterKey>>,
+    /// Trusted besides the system's roots when forwarding to another
+    /// instance over HTTPS (`--tls-ca`).
+    pub peer_ca: Option<reqwest::Certificate>,
 }
 
 impl Default for HttpOptions {
@@ -68,6 +76,8 @@ impl Default for HttpOptions {
             witnesses: Vec::new(),
             allowed_hosts: Vec::new(),
             advertise: None,
+            cluster_key: None,
+            peer_ca: None,
         }
     }
 }
@@ -106,6 +116,9 @@ pub struct Shared {
     pub(super) stopping: watch::Receiver<bool>,
     /// Event streams followed at once, shared by caller.
     pub(super) streams: Shares,
+    /// How requests are forwarded to other instances: no redirects
+    /// followed, `--tls-ca` trusted.
+    pub(super) peers: reqwest::Client,
 }
 
 impl AppState {
@@ -125,10 +138,26 @@ impl AppState {
             streams: Shares::new(opts.max_streams, opts.max_streams_per_caller),
             bodies: Arc::new(Semaphore::new(opts.body_budget.max(opts.max_body))),
             vouched: Arc::default(),
+            peers: peer_client(opts.peer_ca.as_ref()),
             opts: Arc::new(opts),
             stopping,
         }))
     }
+}
+
+/// The client instances forward with: no redirects followed, the
+/// request timeout applied per request.
+fn peer_client(ca: Option<&reqwest::Certificate>) -> reqwest::Client {
+    let mut b = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+    if let Some(ca) = ca {
+        b = b.add_root_certificate(ca.clone());
+    }
+    b.build().unwrap_or_else(|e| {
+        tracing::warn!(
+            "the forwarding client could not be built as configured ({e}); using the default"
+        );
+        reqwest::Client::new()
+    })
 }
 
 impl AppState {
