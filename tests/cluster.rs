@@ -44,6 +44,17 @@ fn cluster_until_via(
     }
 }
 
+/// The writer name a member's records carry (its id without the tag).
+fn writer_of(m: &Value) -> String {
+    m["id"]
+        .as_str()
+        .unwrap()
+        .split('#')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
 fn owned(m: &Value) -> BTreeSet<u64> {
     m["owned"]
         .as_array()
@@ -105,6 +116,29 @@ fn an_advertised_url_is_what_the_others_are_told() {
     });
     assert_eq!(v["members"][0]["url"], "https://ledger-1.example:8443");
     assert_eq!(v["advertise"], "https://ledger-1.example:8443");
+    // The others relay MCP requests to that name: its endpoints answer it.
+    server::post_ok(
+        &s.url,
+        json!({"op":"publish_agent","agent":"worker","scope":"s"}),
+    );
+    server::post_ok(
+        &s.url,
+        json!({"op":"open_run","run":"adv","agent":"worker"}),
+    );
+    let initialize = |host: &str| {
+        server::http(&s.url)
+            .post(format!("{}/v1/runs/adv/mcp", s.url))
+            .header("host", host)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(server::mcp_initialize().to_string())
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(initialize("attacker.example"), 403);
+    assert_eq!(initialize("ledger-1.example:8443"), 200);
 }
 
 #[test]
@@ -327,13 +361,7 @@ fn on_kafka_any_instance_takes_any_request_and_the_owner_decides_it() {
         .unwrap()
         .iter()
         .flat_map(|m| {
-            let writer = m["id"]
-                .as_str()
-                .unwrap()
-                .split('#')
-                .next()
-                .unwrap()
-                .to_string();
+            let writer = writer_of(m);
             owned(m).into_iter().map(move |p| (p, writer.clone()))
         })
         .collect();
@@ -590,7 +618,6 @@ fn on_kafka_callers_only_one_instance_can_authenticate_are_vouched_for_with_the_
     let va = cluster_until_via(&op_a, &sa.url, "a sees both settled", settled);
     cluster_until_via(&op_b, &sb.url, "b sees both settled", settled);
     let me_a = va["me"].as_str().unwrap().to_string();
-    let writer = |id: &str| id.split('#').next().unwrap().to_string();
     let (mine, theirs): (Vec<&Value>, Vec<&Value>) = va["members"]
         .as_array()
         .unwrap()
@@ -598,7 +625,7 @@ fn on_kafka_callers_only_one_instance_can_authenticate_are_vouched_for_with_the_
         .partition(|m| m["id"] == me_a.as_str());
     let b_owns = owned(theirs[0]);
     assert!(owned(mine[0]).is_disjoint(&b_owns));
-    let b_writes_as = writer(theirs[0]["id"].as_str().unwrap());
+    let b_writes_as = writer_of(theirs[0]);
 
     let cert_client = |name: &str, uri: &str| {
         tls_client(
@@ -768,4 +795,136 @@ fn an_assertion_needs_the_cluster_key_and_a_key_must_be_long_enough() {
         "{err}"
     );
     assert!(!other.join("serve.addr").exists());
+}
+
+/// A JSON-RPC message POSTed to a run's MCP endpoint with `token` (and
+/// the session, once there is one): the status, the session the answer
+/// names, and the message it answers with (an SSE event's data, or JSON).
+fn mcp_post(
+    endpoint: &str,
+    token: &str,
+    session: Option<&str>,
+    message: Value,
+) -> (u16, Option<String>, Value) {
+    let mut r = server::client()
+        .post(endpoint)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-06-18");
+    if let Some(id) = session {
+        r = r.header("mcp-session-id", id);
+    }
+    let r = r.body(message.to_string()).send().unwrap();
+    let status = r.status().as_u16();
+    let session = r
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    let text = r.text().unwrap();
+    let data = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .find(|d| !d.is_empty())
+        .unwrap_or(&text)
+        .trim()
+        .to_string();
+    let answer = serde_json::from_str(&data).unwrap_or(Value::String(text));
+    (status, session, answer)
+}
+
+/// A run's MCP endpoint answers through any instance: the session lives
+/// at the owner of the run's chain and every request of it — initialize,
+/// the notification, a tool call, its end — is relayed there, so the close
+/// a tool call makes is written by the owner; a request of it marked
+/// forwarded to the other instance is refused 503 with `Retry-After`.
+#[test]
+fn on_kafka_a_runs_mcp_endpoint_answers_through_any_instance() {
+    let (_dirs, sa, sb) = pair("cluster_mcp");
+    let va = cluster_until(&sa, "a sees both settled", settled);
+    cluster_until(&sb, "b sees both settled", settled);
+    let theirs = va["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] != va["me"])
+        .unwrap()
+        .clone();
+    let b_owns = owned(&theirs);
+    let b_writes_as = writer_of(&theirs);
+    let token = server::issue(&sa.url, "operator", &[]);
+    let agent = server::issue(&sa.url, "agent:worker", &[]);
+    let publish = r#"{"op":"publish_agent","agent":"worker","scope":"s"}"#;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while post(&sb.url, &token, publish, &[]).0 != 200 {
+        assert!(Instant::now() < deadline, "b never learned the token");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let run = run_in(&b_owns, "mcp");
+    let open = json!({"op":"open_run","run":run,"agent":"worker"}).to_string();
+    let (status, _, text) = post(&sa.url, &token, &open, &[]);
+    assert_eq!(status, 200, "{text}");
+    let endpoint = format!("{}/v1/runs/{run}/mcp", sa.url);
+    let before = forwarded(&sa);
+    let initialize = server::mcp_initialize();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let session = loop {
+        // b learns the agent's token from the registry a moment later.
+        match mcp_post(&endpoint, &agent, None, initialize.clone()) {
+            (200, Some(id), answer) => {
+                assert!(answer["result"]["serverInfo"].is_object(), "{answer}");
+                break id;
+            }
+            (401, _, _) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            other => panic!("initialize through a: {other:?}"),
+        }
+    };
+    let (status, _, _) = mcp_post(
+        &endpoint,
+        &agent,
+        Some(&session),
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    assert!((200..300).contains(&status), "{status}");
+    let (status, _, answer) = mcp_post(
+        &endpoint,
+        &agent,
+        Some(&session),
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+            "name":"close_run","arguments":{"status":"succeeded","summary":"done"}}}),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_ne!(answer["result"]["isError"], true, "{answer}");
+    // The session is b's: a knows nothing of it, so a request of it marked
+    // forwarded to a is refused, retryably.
+    let r = server::client()
+        .post(&endpoint)
+        .bearer_auth(&agent)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &session)
+        .header("x-agentledger-forwarded-by", "test")
+        .body(json!({"jsonrpc":"2.0","id":3,"method":"tools/list"}).to_string())
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let ended = server::client()
+        .delete(&endpoint)
+        .bearer_auth(&agent)
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .unwrap();
+    assert!(ended.status().is_success(), "{}", ended.status());
+    assert!(
+        forwarded(&sa) >= before + 4,
+        "initialize, notification, call, end"
+    );
+    let steps = trail(&sa, &token, &run);
+    assert!(steps.len() >= 2, "the open, the close: {steps:?}");
+    assert!(steps.iter().all(|(_, w)| *w == b_writes_as), "{steps:?}");
 }

@@ -58,12 +58,7 @@ fn initialize(
         .post(endpoint)
         .header("accept", "application/json, text/event-stream")
         .header("content-type", "application/json")
-        .body(
-            json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-                "protocolVersion":"2025-06-18","capabilities":{},
-                "clientInfo":{"name":"t","version":"1"}}})
-            .to_string(),
-        );
+        .body(server::mcp_initialize().to_string());
     if let Some(t) = token {
         r = r.bearer_auth(t);
     }

@@ -18,8 +18,8 @@ use crate::auth::Grant;
 use crate::codes::Code;
 use crate::engine::Referral;
 use crate::protocol::{Failure, Reply};
-use axum::body::Bytes;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 /// Marks a request one instance forwarded to another; its value is the
@@ -34,12 +34,17 @@ const PASSED_ON: &[&str] = &[
     "accept",
     "traceparent",
     "tracestate",
+    // A run's MCP endpoint: the session, its revision, a stream resumed.
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
 ];
 
 /// The answer headers relayed to the caller besides the body's type.
 const RELAYED: &[&str] = &[
     "retry-after",
     "www-authenticate",
+    "mcp-session-id",
     super::answer::EXIT_HEADER,
 ];
 
@@ -126,23 +131,36 @@ fn unreachable(to: &Referral, why: impl std::fmt::Display) -> Failure {
     )
 }
 
-/// Ask the owner for `target` (a path and query) for `caller`, with the
-/// caller's headers: POST `body` when there is one, else GET.
+/// One request sent on to the owner of its chain.
+pub(super) struct Outgoing<'a> {
+    pub to: &'a Referral,
+    pub method: Method,
+    /// The path and query, as asked here.
+    pub target: &'a str,
+    /// Replaces the caller's `Content-Type` (a body of some of its lines).
+    pub content_type: Option<&'static str>,
+    pub body: Option<Bytes>,
+    /// Answered within the request timeout, read whole before it is
+    /// relayed; else relayed as it comes, however long (an MCP session's
+    /// event stream).
+    pub timed: bool,
+}
+
+/// Send `out` to the owner for `caller`, with the caller's headers.
 async fn send(
     s: &AppState,
     caller: &Caller,
-    to: &Referral,
-    target: &str,
     headers: &HeaderMap,
-    content_type: Option<&'static str>,
-    body: Option<Bytes>,
+    out: Outgoing<'_>,
 ) -> Result<reqwest::Response, Failure> {
-    let url = format!("{}{target}", to.owner.url.trim_end_matches('/'));
+    let to = out.to;
+    let url = format!("{}{}", to.owner.url.trim_end_matches('/'), out.target);
     let vouched = if passed_on(caller, headers) {
         None
     } else {
         // Its credential means nothing there (or cannot travel): vouch.
-        match assertion_for(s, caller, target, body.as_deref().unwrap_or_default()) {
+        let body = out.body.as_deref().unwrap_or_default();
+        match assertion_for(s, caller, out.target, body) {
             Some(a) => Some(a),
             None => {
                 return Err(Failure::new(
@@ -154,13 +172,15 @@ async fn send(
             }
         }
     };
-    let mut request = match body {
-        Some(body) => s.peers.post(url).body(body),
-        None => s.peers.get(url),
+    let mut request = s.peers.request(out.method, url);
+    if let Some(body) = out.body {
+        request = request.body(body);
     }
-    .timeout(s.opts.timeout);
+    if out.timed {
+        request = request.timeout(s.opts.timeout);
+    }
     for name in PASSED_ON {
-        let replaced = content_type.is_some() && *name == "content-type";
+        let replaced = out.content_type.is_some() && *name == "content-type";
         if replaced || (vouched.is_some() && *name == "authorization") {
             continue;
         }
@@ -168,7 +188,7 @@ async fn send(
             request = request.header(*name, value.as_bytes());
         }
     }
-    if let Some(t) = content_type {
+    if let Some(t) = out.content_type {
         request = request.header(header::CONTENT_TYPE, t);
     }
     if let Some(a) = vouched {
@@ -189,7 +209,32 @@ pub(super) async fn whole(
     headers: &HeaderMap,
     body: Option<Bytes>,
 ) -> Response {
-    let answer = match send(s, caller, to, target, headers, None, body).await {
+    let method = if body.is_some() {
+        Method::POST
+    } else {
+        Method::GET
+    };
+    let out = Outgoing {
+        to,
+        method,
+        target,
+        content_type: None,
+        body,
+        timed: true,
+    };
+    relay(s, caller, headers, out).await
+}
+
+/// Send `out` and relay the owner's answer as it is: its status, body and
+/// the headers that matter.
+pub(super) async fn relay(
+    s: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    out: Outgoing<'_>,
+) -> Response {
+    let (to, timed) = (out.to, out.timed);
+    let answer = match send(s, caller, headers, out).await {
         Ok(a) => a,
         Err(f) => return super::answer::failure_response(f),
     };
@@ -205,9 +250,13 @@ pub(super) async fn whole(
             }
         }
     }
-    let body = match answer.bytes().await {
-        Ok(b) => b,
-        Err(e) => return super::answer::failure_response(unreachable(to, e)),
+    let body = if timed {
+        match answer.bytes().await {
+            Ok(b) => Body::from(b),
+            Err(e) => return super::answer::failure_response(unreachable(to, e)),
+        }
+    } else {
+        Body::from_stream(answer.bytes_stream())
     };
     let mut r = (status, body).into_response();
     r.headers_mut().extend(relayed);
@@ -241,11 +290,18 @@ pub(super) async fn lines(
             body.push(b'\n');
         }
         let ndjson = Some("application/x-ndjson");
-        let answered =
-            match send(s, caller, to, "/v1/ops", headers, ndjson, Some(body.into())).await {
-                Ok(a) => relayed_lines(to, a, mine.len()).await,
-                Err(f) => Err(f),
-            };
+        let out = Outgoing {
+            to,
+            method: Method::POST,
+            target: "/v1/ops",
+            content_type: ndjson,
+            body: Some(body.into()),
+            timed: true,
+        };
+        let answered = match send(s, caller, headers, out).await {
+            Ok(a) => relayed_lines(to, a, mine.len()).await,
+            Err(f) => Err(f),
+        };
         match answered {
             Ok(got) => {
                 for ((i, _), line) in mine.iter().zip(got) {
@@ -293,8 +349,10 @@ fn cut(text: &str) -> String {
 /// The answer of an instance asked (by forwarding) about a chain it does
 /// not own: retry, it moved.
 pub(super) fn not_owner(to: &Referral) -> Failure {
-    Failure::new(
+    let mut f = Failure::new(
         Code::NotOwner,
         format!("{to}, not this one; ask again in a moment"),
-    )
+    );
+    f.referral = Some(Box::new(to.clone()));
+    f
 }

@@ -8,7 +8,7 @@
 //! outside the middleware that turns errors into the ledger's answer
 //! object, since MCP clients expect JSON-RPC errors and HTTP statuses.
 
-use super::access::{caller, Asked};
+use super::access::{body_asserted, caller, Asked};
 use super::ledger::{grant_of, Caller, Gone};
 use super::state::{AppState, HttpOptions};
 use crate::auth::{authorize, facts, Action};
@@ -213,7 +213,14 @@ fn admit(
     caller: &Caller,
     run: &str,
     state: AppState,
+    refer: bool,
 ) -> Result<Bound, Failure> {
+    engine.refer(refer);
+    let elsewhere = engine.referral_for(crate::engine::Whose::Run(run));
+    engine.refer(false);
+    if let Some(to) = elsewhere.map_err(|e| Failure::new(e.code(), e.to_string()))? {
+        return Err(super::forward::not_owner(&to));
+    }
     let grant = grant_of(engine, caller)?;
     let views = engine.views();
     let damaged = |e: crate::views::ViewError| Failure::new(Code::ViewError, e.to_string());
@@ -267,9 +274,13 @@ pub(super) async fn gate(
     let response = match caller(&s, &asked) {
         Err(f) => refused(StatusCode::UNAUTHORIZED, &f, Some(&metadata)),
         Ok(who) => {
+            // A run another instance decides has its endpoint (and its
+            // sessions) there: relayed whole.
+            let refer = super::forward::refers(&s, &who, &parts.headers);
+            let forwarding = refer.then(|| who.clone());
             let (run, state) = (run.clone(), s.clone());
             match s
-                .in_time(s.ledger.call(move |e| admit(e, &who, &run, state)))
+                .in_time(s.ledger.call(move |e| admit(e, &who, &run, state, refer)))
                 .await
             {
                 Err(_) => refused(
@@ -282,6 +293,9 @@ pub(super) async fn gate(
                     &Failure::new(Code::ShuttingDown, Gone.to_string()),
                     None,
                 ),
+                Ok(Ok(Err(f))) if f.referral.is_some() => {
+                    elsewhere(&s, forwarding.as_ref(), &f, &parts, body).await
+                }
                 Ok(Ok(Err(f))) => {
                     let status = match f.error.code {
                         Code::Unauthenticated => StatusCode::UNAUTHORIZED,
@@ -313,7 +327,14 @@ pub(super) async fn gate(
                         .and_then(|v| v.to_str().ok())
                         .map(str::to_string);
                     let body = if parts.method == axum::http::Method::POST {
-                        screened(body).await.map(|(b, m)| (b, Some(m)))
+                        match screened(body).await {
+                            // Forwarded: the body its assertion was made for.
+                            Ok((b, m)) => match body_asserted(&s, &asked, &b) {
+                                Ok(()) => Ok((Body::from(b), Some(m))),
+                                Err(f) => Err(refused(StatusCode::UNAUTHORIZED, &f, None)),
+                            },
+                            Err(r) => Err(r),
+                        }
                     } else {
                         Ok((body, None))
                     };
@@ -380,6 +401,47 @@ pub(super) async fn gate(
     response
 }
 
+/// A request for the endpoint of a run whose chain another instance
+/// decides: relayed there whole (an event stream as it comes, however
+/// long), with the caller's credential or an assertion for it. A request
+/// that was itself forwarded, or of a caller that cannot be forwarded, is
+/// refused 503 with `Retry-After` (ownership moved meanwhile).
+async fn elsewhere(
+    s: &AppState,
+    caller: Option<&Caller>,
+    f: &Failure,
+    parts: &axum::http::request::Parts,
+    body: Body,
+) -> Response {
+    let (Some(caller), Some(to), false) = (
+        caller,
+        f.referral.as_deref(),
+        super::forward::is_forwarded(&parts.headers),
+    ) else {
+        let mut r = refused(StatusCode::SERVICE_UNAVAILABLE, f, None);
+        super::answer::ask_again(&mut r);
+        return r;
+    };
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_MESSAGE_BYTES).await else {
+        return rpc_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            -32600,
+            format!(
+                "the message exceeds {MAX_MESSAGE_BYTES} bytes (or its body could not be read)"
+            ),
+        );
+    };
+    let out = super::forward::Outgoing {
+        to,
+        method: parts.method.clone(),
+        target: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+        content_type: None,
+        body: (!bytes.is_empty()).then_some(bytes),
+        timed: parts.method != axum::http::Method::GET,
+    };
+    super::forward::relay(s, caller, &parts.headers, out).await
+}
+
 /// The most a JSON-RPC message posted to an endpoint may be.
 const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 
@@ -400,7 +462,7 @@ fn rpc_error(status: StatusCode, code: i64, message: String) -> Response {
 /// what MCP takes: one JSON-RPC object, never a batch (removed from the
 /// protocol in 2025-06-18). Anything else is answered here, as JSON-RPC
 /// errors do: a parse error, an invalid request, a message too large.
-async fn screened(body: Body) -> Result<(Body, serde_json::Value), Response> {
+async fn screened(body: Body) -> Result<(axum::body::Bytes, serde_json::Value), Response> {
     let bytes = axum::body::to_bytes(body, MAX_MESSAGE_BYTES)
         .await
         .map_err(|_| {
@@ -423,7 +485,7 @@ async fn screened(body: Body) -> Result<(Body, serde_json::Value), Response> {
             -32600,
             "invalid request: a batch (JSON array); MCP takes one JSON-RPC message per POST".into(),
         )),
-        Ok(message @ serde_json::Value::Object(_)) => Ok((Body::from(bytes), message)),
+        Ok(message @ serde_json::Value::Object(_)) => Ok((bytes, message)),
         Ok(_) => Err(rpc_error(
             StatusCode::BAD_REQUEST,
             -32600,

@@ -239,6 +239,16 @@ fn listen_until(
         if !bound.ip().is_unspecified() {
             opts.allowed_hosts.push(bound.ip().to_string());
         }
+        // So is the name the other instances reach it by: they forward
+        // MCP requests there.
+        if let Some(host) = opts
+            .advertise
+            .as_deref()
+            .and_then(|a| reqwest::Url::parse(a).ok())
+            .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_string()))
+        {
+            opts.allowed_hosts.push(host);
+        }
         let url = format!("{}://{bound}", if tls.is_some() { "https" } else { "http" });
         handle
             .cluster

@@ -255,3 +255,10 @@ pub fn ws_ask(ws: &mut Socket, v: &serde_json::Value) -> serde_json::Value {
         other => panic!("{v}: answered {other}"),
     }
 }
+
+/// An MCP `initialize` request (JSON-RPC id 1, revision 2025-06-18).
+pub fn mcp_initialize() -> serde_json::Value {
+    serde_json::json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},
+        "clientInfo":{"name":"t","version":"1"}}})
+}
