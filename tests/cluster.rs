@@ -400,6 +400,15 @@ fn on_kafka_any_instance_takes_any_request_and_the_owner_decides_it() {
     let before = forwarded(&sa);
     assert!(trail(&sa, &token, run).len() >= 2);
     assert_eq!(forwarded(&sa), before + 1);
+    // So is the auditor's page of the chain, for a browser's Basic login.
+    let page = server::client()
+        .get(format!("{}/chains/{run}", sa.url))
+        .basic_auth("auditor", Some(&token))
+        .send()
+        .unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    assert!(page.text().unwrap().contains(run.as_str()));
+    assert_eq!(forwarded(&sa), before + 2);
     let r = server::client()
         .get(format!("{}/v1/runs/{run}/trail", sa.url))
         .bearer_auth(&token)

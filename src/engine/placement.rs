@@ -73,6 +73,19 @@ impl Engine {
         self.referral_for(whose(request))
     }
 
+    /// Where a question about `whose` from a caller that may be referred
+    /// (`refer`: see [`Engine::refer`]) belongs, if another instance
+    /// decides its chain; referring is off again afterwards.
+    pub fn referral_asked(&mut self, refer: bool, whose: Whose<'_>) -> Result<Option<Referral>> {
+        if !refer {
+            return Ok(None);
+        }
+        self.refer(true);
+        let to = self.referral_for(whose);
+        self.refer(false);
+        to
+    }
+
     /// Where questions or operations about `whose` belong when another
     /// instance decides its chain (while referring; see [`Engine::refer`]).
     pub fn referral_for(&mut self, whose: Whose<'_>) -> Result<Option<Referral>> {

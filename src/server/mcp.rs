@@ -215,9 +215,7 @@ fn admit(
     state: AppState,
     refer: bool,
 ) -> Result<Bound, Failure> {
-    engine.refer(refer);
-    let elsewhere = engine.referral_for(crate::engine::Whose::Run(run));
-    engine.refer(false);
+    let elsewhere = engine.referral_asked(refer, crate::engine::Whose::Run(run));
     if let Some(to) = elsewhere.map_err(|e| Failure::new(e.code(), e.to_string()))? {
         return Err(super::forward::not_owner(&to));
     }

@@ -98,9 +98,7 @@ pub(super) async fn ask_inner(
         let failed = |e: crate::error::LedgerError| Failure::new(e.code(), e.to_string());
         // A chain another instance decides is read there: its views
         // hold every step it decided, this instance's may lag.
-        engine.refer(refer);
-        let elsewhere = engine.referral_for(queries::whose(&q));
-        engine.refer(false);
+        let elsewhere = engine.referral_asked(refer, queries::whose(&q));
         if let Some(to) = elsewhere.map_err(failed)? {
             return Ok(Err(to));
         }

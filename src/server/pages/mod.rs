@@ -19,11 +19,12 @@ mod render;
 mod tests;
 
 use super::access::{caller, read_job_about, subject_of, Asked};
+use super::forward;
 use super::state::AppState;
 use crate::auth::Subject;
 use crate::context::TaskState;
 use crate::encode::xml as escape;
-use crate::engine::Engine;
+use crate::engine::{Engine, Whose};
 use crate::error::LedgerError;
 use crate::model::Topic;
 use crate::model::{ids, LedgerEvent};
@@ -289,10 +290,15 @@ fn failure_page(r: Response, f: Option<&Failure>) -> Response {
     page
 }
 
+/// A page: the caller authenticated and allowed to read `subject`, what
+/// it shows gathered on the ledger thread, rendered here. A page of one
+/// chain (`chain`: its root run) whose partition another instance decides
+/// is that instance's page, relayed (its views hold every step it decided).
 async fn serve_page<T: Send + 'static>(
     s: &AppState,
     asked: Asked,
     route: &'static str,
+    chain: Option<String>,
     subject: impl FnOnce(&Engine) -> Result<Subject, Failure> + Send + 'static,
     gather: impl FnOnce(&mut Engine) -> Result<T, LedgerError> + Send + 'static,
     render: impl FnOnce(&T) -> String,
@@ -301,12 +307,31 @@ async fn serve_page<T: Send + 'static>(
     let response = match caller(s, &asked) {
         Err(f) => failure_page(super::answer::failure_response(f.clone()), Some(&f)),
         Ok(c) => {
+            let refer = chain.is_some() && forward::refers(s, &c, &asked);
+            let forwarding = refer.then(|| c.clone());
+            let failed = |e: LedgerError| Failure::new(e.code(), e.to_string());
             match read_job_about(s, c, subject, move |engine| {
-                gather(engine).map_err(|e| Failure::new(e.code(), e.to_string()))
+                let root = chain.as_deref().map(Whose::Run);
+                if let Some(to) = root
+                    .map(|w| engine.referral_asked(refer, w))
+                    .transpose()
+                    .map_err(failed)?
+                    .flatten()
+                {
+                    return Ok(Err(to));
+                }
+                gather(engine).map(Ok).map_err(failed)
             })
             .await
             {
-                Ok(t) => html(StatusCode::OK, render(&t)),
+                Ok(Ok(t)) => html(StatusCode::OK, render(&t)),
+                Ok(Err(to)) => match forwarding.filter(|_| !forward::is_forwarded(&asked)) {
+                    Some(c) => forward::whole(s, &c, &to, asked.target(), &asked, None).await,
+                    None => {
+                        let f = forward::not_owner(&to);
+                        failure_page(super::answer::failure_response(f.clone()), Some(&f))
+                    }
+                },
                 Err(r) => {
                     let status = r.status();
                     let body = axum::body::to_bytes(r.into_body(), 1 << 20)
@@ -329,6 +354,7 @@ pub(super) async fn index(State(s): State<AppState>, asked: Asked) -> Response {
         &s,
         asked,
         "/",
+        None,
         |_| Ok(Subject::Whole),
         |e| gather_recent(e),
         |rows| render_index(rows),
@@ -345,6 +371,7 @@ pub(super) async fn chain(
         &s,
         asked,
         "/chains/{root}",
+        Some(root.clone()),
         subject_of(&Query::Chain { run: root.clone() }),
         move |e| gather_chain(e, &root),
         render_chain,
