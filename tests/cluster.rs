@@ -785,6 +785,34 @@ fn an_assertion_needs_the_cluster_key_and_a_key_must_be_long_enough() {
             .contains("no --cluster-key"),
         "{v}"
     );
+    // With a key: an assertion of bytes that are not UTF-8, or cut short,
+    // is refused saying what it is not; nothing is recorded.
+    let key = d.path().join("cluster.key");
+    std::fs::write(&key, "k".repeat(32)).unwrap();
+    let keyed_dir = d.path().join("keyed");
+    let keyed = server::start(&keyed_dir, None, &["--cluster-key", key.to_str().unwrap()]);
+    for value in [&b"v1.\xff\xfe.AAAA"[..], b"v1.eyJieSI6"] {
+        let r = server::client()
+            .post(format!("{}/v1/ops", keyed.url))
+            .header(
+                "x-agentledger-assertion",
+                reqwest::header::HeaderValue::from_bytes(value).unwrap(),
+            )
+            .header("x-agentledger-forwarded-by", "test")
+            .body(r#"{"op":"publish_agent","agent":"a","scope":"s"}"#)
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 401);
+        let v: Value = r.json().unwrap();
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("is not v1.CLAIMS.MAC"), "{v}");
+    }
+    let agent = server::http(&keyed.url)
+        .get(format!("{}/v1/agents/a", keyed.url))
+        .send()
+        .unwrap();
+    let v: Value = agent.json().unwrap();
+    assert_eq!(v["error"]["code"], "unknown_agent", "{v}");
     let short = d.path().join("short.key");
     std::fs::write(&short, "tooshort\n").unwrap();
     let other = d.path().join("other");
