@@ -69,7 +69,7 @@ fn project_bench(c: &mut Criterion) {
                 (vdir, views)
             },
             |(vdir, views)| {
-                project_all(&log, &views, &|_| {}).unwrap();
+                project_all(&log, &views, None, &|_| {}).unwrap();
                 (views, vdir)
             },
             BatchSize::PerIteration,

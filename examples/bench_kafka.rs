@@ -270,7 +270,7 @@ fn main() {
     write_synthetic_log(&plog, rebuild_events).unwrap();
     let views = Views::open(dir.path().join("views")).unwrap();
     let t = Instant::now();
-    let applied = project_all(&plog, &views, &|_| {}).unwrap();
+    let applied = project_all(&plog, &views, None, &|_| {}).unwrap();
     let secs = t.elapsed().as_secs_f64();
     println!(
         "projector from Kafka: {applied} events in {secs:.1}s = {:.0} events/s",

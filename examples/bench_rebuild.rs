@@ -150,7 +150,7 @@ fn main() {
         let sampler = (rep == 0).then(|| sample_rss(stop.clone()));
         let views = Views::open(&vdir).unwrap();
         let t = Instant::now();
-        let applied = project_all(&log, &views, &|_| {}).unwrap();
+        let applied = project_all(&log, &views, None, &|_| {}).unwrap();
         // Durable, like the baseline: `agentledger rebuild` flushes too.
         views.flush().unwrap();
         let secs = t.elapsed().as_secs_f64();

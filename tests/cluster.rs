@@ -249,6 +249,15 @@ fn forwarded(s: &Server) -> u64 {
 }
 
 fn forwarded_via(c: &reqwest::blocking::Client, url: &str) -> u64 {
+    counter_via(c, url, "agentledger_forwarded_requests_total ")
+}
+
+/// Runs and tasks instance `s` found at another instance.
+fn located(s: &Server) -> u64 {
+    counter_via(&server::http(&s.url), &s.url, "agentledger_located_total ")
+}
+
+fn counter_via(c: &reqwest::blocking::Client, url: &str, name: &str) -> u64 {
     let text = c
         .get(format!("{url}/metrics"))
         .send()
@@ -256,7 +265,7 @@ fn forwarded_via(c: &reqwest::blocking::Client, url: &str) -> u64 {
         .text()
         .unwrap();
     text.lines()
-        .find_map(|l| l.strip_prefix("agentledger_forwarded_requests_total "))
+        .find_map(|l| l.strip_prefix(name))
         .map_or(0, |n| n.trim().parse().unwrap())
 }
 
@@ -339,6 +348,23 @@ fn on_kafka_any_instance_takes_any_request_and_the_owner_decides_it() {
             "{text}"
         );
     }
+    // A task (its id does not name its chain) asked of through the
+    // instance that does not hold its run: found where it lives.
+    let context = json!({"TaskID":"T","UserQuery":"q","TaskName":"n","TaskDescription":"d",
+        "GoalStatus":[],"OverallStatus":"open"});
+    for op in [
+        json!({"op":"open_run","run":"task-root","agent":"worker"}),
+        json!({"op":"open_task","task":"task-1","run":"task-root","task_context":context}),
+    ] {
+        let (status, _, text) = post(&sa.url, &token, &op.to_string(), &[]);
+        assert_eq!(status, 200, "{text}");
+    }
+    let ask = r#"{"op":"get_context","task":"task-1","agent":"worker"}"#;
+    for s in [&sa, &sb] {
+        let (_, _, text) = post(&s.url, &token, ask, &[]);
+        assert!(text.contains("not_your_context"), "{text}");
+    }
+    assert_eq!(located(&sa) + located(&sb), 1);
     // A WebSocket's operations go to their owners too, answered in order.
     let mut ws = server::ws_connect(&sa.url, &token).unwrap();
     for i in 0..8 {
@@ -438,9 +464,20 @@ fn on_kafka_any_instance_takes_any_request_and_the_owner_decides_it() {
 
 /// The trail of `root`'s chain as instance `s`'s own views hold it (read
 /// with its session token, so answered there, not by the owner).
-fn local_chain_trail(s: &Server, root: &str) -> String {
-    server::http(&s.url)
+fn local_chain_trail(s: &Server, root: &str) -> (u16, String) {
+    let r = server::http(&s.url)
         .get(format!("{}/v1/runs/{root}/trail?chain=true", s.url))
+        .send()
+        .unwrap();
+    (r.status().as_u16(), r.text().unwrap())
+}
+
+/// The trail of `root`'s chain through instance `s` for `token` (answered
+/// by the chain's owner).
+fn chain_trail(s: &Server, token: &str, root: &str) -> String {
+    server::client()
+        .get(format!("{}/v1/runs/{root}/trail?chain=true", s.url))
+        .bearer_auth(token)
         .send()
         .unwrap()
         .text()
@@ -510,7 +547,8 @@ fn on_three_instances_a_chains_steps_sent_round_robin_are_all_answered_ok() {
             assert_eq!(answer.0, 200, "{root} hop {hop}: {answer:?}");
             answers.push(answer);
             // The next run of the chain, once the instance asked next knows it.
-            let runs = server::wait_chain(via, root, hop + 1, Duration::from_secs(30));
+            let runs =
+                server::wait_chain_as(via, Some(&token), root, hop + 1, Duration::from_secs(30));
             current = runs.last().unwrap().clone();
         }
     }
@@ -518,19 +556,51 @@ fn on_three_instances_a_chains_steps_sent_round_robin_are_all_answered_ok() {
         assert_eq!(*status, 200, "{text}");
     }
     assert_eq!(answers.len(), 4 * 4);
-    // Every instance's own views end with the same trail of each chain.
+    // The same trail of each chain through every instance; only its
+    // owner's views hold it (each instance projects its own partitions):
+    // the others, asked with a credential they cannot pass on, say where.
     for root in &roots {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let trails: Vec<String> = s.iter().map(|i| local_chain_trail(i, root)).collect();
-            if trails.iter().all(|t| t == &trails[0]) && trails[0].lines().count() >= 7 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{root}: {trails:#?}");
-            std::thread::sleep(Duration::from_millis(50));
+        let trails: Vec<String> = s.iter().map(|i| chain_trail(i, &token, root)).collect();
+        assert!(
+            trails.iter().all(|t| t == &trails[0]),
+            "{root}: {trails:#?}"
+        );
+        assert!(trails[0].lines().count() >= 7, "{}", trails[0]);
+        let local: Vec<(u16, String)> = s.iter().map(|i| local_chain_trail(i, root)).collect();
+        let held: Vec<&(u16, String)> = local.iter().filter(|(st, _)| *st == 200).collect();
+        assert_eq!(held.len(), 1, "{root}: {local:#?}");
+        assert_eq!(held[0].1, trails[0]);
+        for (status, text) in local.iter().filter(|(st, _)| *st != 200) {
+            assert_eq!(*status, 503, "{text}");
+            assert!(
+                text.contains("not_owner") && text.contains("decided by instance"),
+                "{text}"
+            );
         }
     }
     assert!(s.iter().map(forwarded).sum::<u64>() > 0);
+    // Each instance's views hold the partitions it owns, and only those.
+    for i in &s {
+        let v = cluster(i);
+        let me = v["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == v["me"])
+            .map(owned)
+            .unwrap();
+        let held: BTreeSet<u64> = v["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["held"] == true)
+            .map(|p| p["partition"].as_u64().unwrap())
+            .collect();
+        assert_eq!(held, me, "{v}");
+    }
+    // The listener runs (their ids do not name their chain) closed through
+    // instances that do not hold them were found where they live.
+    assert!(s.iter().map(located).sum::<u64>() > 0);
 }
 
 /// A client of instances serving HTTPS with certificates of `ca`, showing

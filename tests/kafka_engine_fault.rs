@@ -118,6 +118,6 @@ fn ten_thousand_events_through_the_engine_survive_a_broker_kill() {
     assert!(events >= 10_000, "only {events} events");
     // The live views equal a projection from scratch.
     let fresh = Views::open(dir.path().join("fresh")).unwrap();
-    project_all(log.as_ref(), &fresh, &|_| {}).unwrap();
+    project_all(log.as_ref(), &fresh, None, &|_| {}).unwrap();
     assert_eq!(fresh.digest().unwrap(), engine.views().digest().unwrap());
 }

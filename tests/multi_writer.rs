@@ -120,7 +120,7 @@ fn a_group_that_lost_a_race(
     assert_eq!(a.trail("x", false).unwrap(), b.trail("x", false).unwrap());
     assert!(!a.views().run("x").unwrap().unwrap().is_open());
     let fresh = Views::open(dir.join("fresh")).unwrap();
-    agentledger::projector::project_all(log, &fresh, &|_| {}).unwrap();
+    agentledger::projector::project_all(log, &fresh, None, &|_| {}).unwrap();
     assert_eq!(fresh.digest().unwrap(), a.views().digest().unwrap());
 }
 

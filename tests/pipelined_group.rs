@@ -154,7 +154,7 @@ fn group(engine: &mut Engine, ops: &[Value]) -> Vec<String> {
 fn views_agree_with_the_log(engine: &mut Engine, log: &dyn Log, dir: &Path, name: &str) {
     engine.catch_up(&|_| {}).unwrap();
     let fresh = Views::open(dir.join(name)).unwrap();
-    project_all(log, &fresh, &|_| {}).unwrap();
+    project_all(log, &fresh, None, &|_| {}).unwrap();
     assert_eq!(
         fresh.digest().unwrap(),
         engine.views().digest().unwrap(),

@@ -149,3 +149,112 @@ fn a_chain_another_instance_owns_is_referred_there_and_nothing_is_recorded() {
     );
     assert_eq!(code(&replies[0]), "ok");
 }
+
+/// An engine that projects only its own partitions (a `serve` instance
+/// on Kafka): its views hold only their chains; a request for another's
+/// chain is referred even for a caller that cannot be forwarded (it is
+/// told where to ask), refused `not_owner` without a referral while no
+/// instance has claimed it, and nothing of it is recorded here; a run
+/// not held here is found where another instance said it lives.
+#[test]
+fn an_engine_scoped_to_its_partitions_holds_and_decides_only_their_chains() {
+    let d = tempfile::tempdir().unwrap();
+    let log;
+    let (mine, theirs, nobodys);
+    {
+        // Written before by an instance that held everything.
+        let mut e = Engine::open_embedded(d.path(), EngineOptions::default()).unwrap();
+        log = e.log().clone();
+        (mine, theirs, nobodys) = (
+            run_in(log.as_ref(), 0, "mine"),
+            run_in(log.as_ref(), 1, "theirs"),
+            run_in(log.as_ref(), 3, "nobodys"),
+        );
+        let mut ops = vec![json!({"op":"publish_agent","agent":"worker","scope":"s"})];
+        for r in [&mine, &theirs, &nobodys] {
+            ops.push(json!({"op":"open_run","run":r,"agent":"worker"}));
+        }
+        ops.push(json!({"op":"open_task","task":"t1","run":theirs,"task_context":task_context()}));
+        ops.push(json!({"op":"close_run","run":nobodys,"status":"succeeded"}));
+        let codes: Vec<String> = group(&mut e, &ops).iter().map(code).collect();
+        assert!(codes.iter().all(|c| c == "ok"), "{codes:?}");
+    }
+    // Views projected again from the log, by a scoped engine.
+    std::fs::remove_dir_all(d.path().join("views")).unwrap();
+    let scoped = EngineOptions {
+        scoped: true,
+        ..EngineOptions::default()
+    };
+    let mut e = Engine::open_embedded(d.path(), scoped).unwrap();
+    // Until told what it owns: the registry, none of the ledger.
+    assert!(e.views().agent("worker").unwrap().is_some());
+    assert!(e.views().run(&mine).unwrap().is_none());
+    e.scope(&BTreeSet::from([0]));
+    e.catch_up(&|_| {}).unwrap();
+    assert!(e.views().run(&mine).unwrap().is_some());
+    for r in [&theirs, &nobodys] {
+        assert!(e.views().run(r).unwrap().is_none(), "{r}");
+    }
+    assert_eq!(e.scoped_to(), Some(&BTreeSet::from([0])));
+    // Dispatching, whoever asks: only the chains held here (the closed
+    // run of partition 3 is its owner's to dispatch).
+    let ends = ledger_ends(&e);
+    let d = group(&mut e, &[json!({"op":"dispatch"})]);
+    assert_eq!(code(&d[0]), "ok");
+    assert_eq!(ledger_ends(&e)[3], ends[3]);
+    e.place(Some(placement()));
+    for refer in [true, false] {
+        e.refer(refer);
+        let replies = group(
+            &mut e,
+            &[
+                json!({"op":"close_run","run":theirs,"status":"failed"}),
+                json!({"op":"open_run","run":run_in(log.as_ref(), 2, "new"),"agent":"worker"}),
+                json!({"op":"open_run","run":run_in(log.as_ref(), 3, "new"),"agent":"worker"}),
+                json!({"op":"open_run","run":run_in(log.as_ref(), 0, &format!("new{refer}")),"agent":"worker"}),
+                json!({"op":"read_artifact","run":mine,"name":"x"}),
+            ],
+        );
+        let codes: Vec<String> = replies.iter().map(code).collect();
+        assert_eq!(
+            codes,
+            ["not_owner", "not_owner", "not_owner", "ok", "no_contract"],
+            "refer {refer}"
+        );
+        // Referred where an owner is known, the caller forwarded or not.
+        assert_eq!(replies[0].referral().unwrap().partition, 1);
+        assert_eq!(replies[1].referral().unwrap().partition, 2);
+        // Nobody has claimed partition 3: retry, no referral.
+        let Reply::Failed(f) = &replies[2] else {
+            unreachable!()
+        };
+        assert!(replies[2].referral().is_none());
+        assert!(
+            f.error.message.contains("partition 3") && f.error.message.contains("no other"),
+            "{}",
+            f.error.message
+        );
+    }
+    e.refer(false);
+    let after = ledger_ends(&e);
+    assert_eq!((after[1], after[2], after[3]), (ends[1], ends[2], ends[3]));
+    // A task of another's chain, unknown here: decided here (unknown)
+    // until another instance says where it lives; then referred there.
+    let ask = [json!({"op":"get_context","task":"t1","agent":"worker"})];
+    assert_eq!(code(&group(&mut e, &ask)[0]), "unknown_task");
+    use agentledger::engine::Whose;
+    assert_eq!(e.partition_known(Whose::Task("t1")).unwrap(), None);
+    e.learn_partition(Whose::Task("t1"), 1);
+    let replies = group(&mut e, &ask);
+    assert_eq!(replies[0].referral().unwrap().partition, 1);
+    // What was learned is not what the views hold: not answered to others.
+    assert_eq!(e.partition_known(Whose::Task("t1")).unwrap(), None);
+    assert_eq!(e.partition_known(Whose::Run(&mine)).unwrap(), Some(0));
+    // Owning every partition: nothing referred, everything projected.
+    e.scope(&BTreeSet::from([0, 1, 2, 3]));
+    e.catch_up(&|_| {}).unwrap();
+    assert!(e.views().run(&theirs).unwrap().is_some());
+    // Decided here, on the task now held (a context not the worker's).
+    let replies = group(&mut e, &ask);
+    assert_eq!(code(&replies[0]), "not_your_context");
+}

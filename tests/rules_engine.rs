@@ -37,7 +37,7 @@ fn r1_every_replay_and_rebuild_reaches_the_same_hop(on: &On) {
     let log = on.backend.log(d.path());
     for attempt in 0..2 {
         let views = Views::open(d.path().join(format!("replay{attempt}"))).unwrap();
-        project_all(log.as_ref(), &views, &|_| {}).unwrap();
+        project_all(log.as_ref(), &views, None, &|_| {}).unwrap();
         let replayed: Vec<Option<u32>> = runs
             .iter()
             .map(|r| views.run(r).unwrap().unwrap().hop)

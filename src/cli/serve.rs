@@ -42,7 +42,10 @@ fn opener(
 ) -> Result<impl FnOnce() -> Result<agentledger::Engine, LedgerError> + Send + 'static> {
     let data = cli.data.clone();
     let kafka = super::open::kafka_config(cli)?;
-    let opts = super::open::options(cli)?;
+    let mut opts = super::open::options(cli)?;
+    // On Kafka the instances share the ledger partitions (a group): each
+    // projects its own only.
+    opts.scoped = kafka.is_some();
     Ok(move || match kafka {
         Some(k) => agentledger::Engine::open_kafka(&data, &k, opts),
         None => agentledger::Engine::open_embedded(&data, opts),

@@ -115,8 +115,11 @@ impl Engine {
     /// owners: a platform is answered only about listeners in its scopes
     /// (the others are opened all the same, each event goes out once).
     pub fn dispatch_within(&mut self, within: Option<&[String]>) -> Result<DispatchAnswer> {
+        // Of the partitions projected here: the others' finished runs are
+        // their owners' to dispatch.
+        let scope = self.scope.clone();
         self.sweep(Sweep {
-            owned: &|_| true,
+            owned: &|p| scope.as_ref().is_none_or(|s| s.contains(&p)),
             within,
         })
     }

@@ -30,7 +30,7 @@ pub use dispatcher::{DispatchAnswer, OpenedListener, RefusedListener, WithheldRu
 pub(crate) use open::guarded;
 pub use open::DataDir;
 pub use options::{system_clock, Clock, EngineOptions, DEFAULT_CONTEXT_TTL_MS};
-pub use placement::{Owner, Placement, Referral, Whose};
+pub use placement::{whose, Owner, Placement, Referral, Whose};
 pub use registry::{PublishAgent, PublishAnswer};
 pub use runs::{CloseAnswer, CloseRun, OpenAnswer, ReadAnswer};
 
@@ -99,6 +99,12 @@ pub struct Engine {
     placement: Option<Placement>,
     /// Whether requests another instance decides are referred there.
     referring: bool,
+    /// The ledger partitions projected into the views (`None`: every one;
+    /// see [`EngineOptions::scoped`]).
+    scope: Option<std::collections::BTreeSet<u32>>,
+    /// Where runs and tasks this instance does not project were found
+    /// (see `placement`): bounded, a run's partition never changes.
+    located: std::collections::HashMap<String, u32>,
     _lock: Option<File>,
 }
 
@@ -137,7 +143,8 @@ impl Engine {
         if keys.is_shared() {
             keys.sync_erasures()?;
         }
-        let views = open::open_views(&dd, log.as_ref(), &keys)?;
+        let scope = opts.scoped.then(Default::default);
+        let views = open::open_views(&dd, log.as_ref(), &keys, scope.as_ref())?;
         let share = crate::content::share::SharedContent::over(log.clone()).map(Arc::new);
         let store = ContentStore::open(dd.blobs())?.with_share(share);
         let mut engine = Self::with_parts(log, views, store, opts);
@@ -168,6 +175,7 @@ impl Engine {
         store: ContentStore,
         opts: EngineOptions,
     ) -> Self {
+        let scope = opts.scoped.then(Default::default);
         Self {
             log,
             views,
@@ -191,6 +199,8 @@ impl Engine {
             refusals: Default::default(),
             placement: None,
             referring: false,
+            scope,
+            located: Default::default(),
             _lock: None,
         }
     }
@@ -291,9 +301,13 @@ impl Engine {
     /// covered, and with `force` also the partial tail, so that everything
     /// in the log is attested. Returns what was written.
     pub fn checkpoint(&mut self, force: bool) -> Result<Vec<crate::audit::Checkpoint>> {
+        // Ledger partitions projected here only: the others' views, and
+        // so their checkpoints, are their owners'.
+        let scope = self.scope.as_ref();
         let all: Vec<(Topic, u32)> = CHAINED_TOPICS
             .into_iter()
             .flat_map(|t| (0..self.log.partitions(t)).map(move |p| (t, p)))
+            .filter(|(t, p)| *t != Topic::Ledger || scope.is_none_or(|s| s.contains(p)))
             .collect();
         self.checkpoint_partitions(force, &all)
     }
@@ -346,7 +360,12 @@ impl Engine {
             None => false,
         };
         let started = std::time::Instant::now();
-        let applied = crate::projector::project_all(self.log.as_ref(), &self.views, progress);
+        let applied = crate::projector::project_all(
+            self.log.as_ref(),
+            &self.views,
+            self.scope.as_ref(),
+            progress,
+        );
         if pipelined {
             self.views.hold();
         }

@@ -12,6 +12,7 @@ use crate::error::{LedgerError, Result};
 use crate::log::Log;
 use crate::model::Topic;
 use crate::views::{ViewError, Views};
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -163,8 +164,13 @@ enum Distrust {
 /// The views of `dd`, caught up with `log`: the ones on disk when they can
 /// be trusted, else fresh ones projected from the log (the old ones are
 /// moved to [`DataDir::views_set_aside`]).
-pub(crate) fn open_views(dd: &DataDir, log: &dyn Log, keys: &Arc<KeyStore>) -> Result<Views> {
-    let why = match trusted_views(&dd.views(), log, keys) {
+pub(crate) fn open_views(
+    dd: &DataDir,
+    log: &dyn Log,
+    keys: &Arc<KeyStore>,
+    scope: Option<&BTreeSet<u32>>,
+) -> Result<Views> {
+    let why = match trusted_views(&dd.views(), log, keys, scope) {
         Ok(views) => return Ok(views),
         Err(Distrust::Log(e)) => return Err(e),
         Err(Distrust::Views(why)) => why,
@@ -196,7 +202,7 @@ pub(crate) fn open_views(dd: &DataDir, log: &dyn Log, keys: &Arc<KeyStore>) -> R
             )
         })?;
     }
-    match trusted_views(&dd.views(), log, keys) {
+    match trusted_views(&dd.views(), log, keys, scope) {
         Ok(views) => Ok(views),
         Err(Distrust::Log(e)) => Err(e),
         Err(Distrust::Views(why)) => Err(crate::views::ViewError::Inconsistent(format!(
@@ -213,6 +219,7 @@ fn trusted_views(
     dir: &Path,
     log: &dyn Log,
     keys: &Arc<KeyStore>,
+    scope: Option<&BTreeSet<u32>>,
 ) -> std::result::Result<Views, Distrust> {
     let mut views = match guarded(|| Views::open(dir)) {
         Ok(Ok(v)) => v,
@@ -231,7 +238,7 @@ fn trusted_views(
         }
     };
     views.set_keys(keys.clone());
-    let checked = check_and_catch_up(&views, log);
+    let checked = check_and_catch_up(&views, log, scope);
     match checked {
         Ok(()) => Ok(views),
         Err(e) => {
@@ -245,7 +252,11 @@ fn trusted_views(
 
 /// Refuse views that claim more than the log holds, then project what
 /// they have not seen yet.
-fn check_and_catch_up(views: &Views, log: &dyn Log) -> std::result::Result<(), Distrust> {
+fn check_and_catch_up(
+    views: &Views,
+    log: &dyn Log,
+    scope: Option<&BTreeSet<u32>>,
+) -> std::result::Result<(), Distrust> {
     let topics = [Topic::Registry, Topic::Ledger, Topic::Checkpoints];
     let ends = log
         .end_offsets_of(&topics)
@@ -269,7 +280,7 @@ fn check_and_catch_up(views: &Views, log: &dyn Log) -> std::result::Result<(), D
             }
         }
     }
-    match guarded(|| crate::projector::project_all(log, views, &|_| {})) {
+    match guarded(|| crate::projector::project_all(log, views, scope, &|_| {})) {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(LedgerError::Views(e))) => {
             Err(Distrust::Views(format!("the views are damaged: {e}")))

@@ -50,6 +50,10 @@ pub struct EngineOptions {
     /// `agentledger/<ledger>/<agent>`). `None`: the signing key's name (it
     /// names the ledger in checkpoint origins too), else `local`.
     pub ledger: Option<String>,
+    /// Project only the ledger partitions this instance is told it owns
+    /// ([`crate::Engine::scope`]; none until told), as a `serve` instance
+    /// in a group does: each instance's views hold its share of the chains.
+    pub scoped: bool,
 }
 
 impl EngineOptions {
@@ -79,6 +83,7 @@ impl Default for EngineOptions {
             seal_key: None,
             context_ttl_ms: DEFAULT_CONTEXT_TTL_MS,
             ledger: None,
+            scoped: false,
         }
     }
 }

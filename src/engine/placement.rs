@@ -8,6 +8,8 @@
 //! Registry operations (agents, tokens) and dispatch are decided anywhere.
 
 use super::Engine;
+use crate::codes::Code;
+use crate::codes::Refusal;
 use crate::error::Result;
 use crate::model::{ids, Topic};
 use crate::protocol::Request;
@@ -77,10 +79,10 @@ impl Engine {
     /// (`refer`: see [`Engine::refer`]) belongs, if another instance
     /// decides its chain; referring is off again afterwards.
     pub fn referral_asked(&mut self, refer: bool, whose: Whose<'_>) -> Result<Option<Referral>> {
-        if !refer {
+        if !refer && self.scope.is_none() {
             return Ok(None);
         }
-        self.refer(true);
+        self.refer(refer);
         let to = self.referral_for(whose);
         self.refer(false);
         to
@@ -88,51 +90,128 @@ impl Engine {
 
     /// Where questions or operations about `whose` belong when another
     /// instance decides its chain (while referring; see [`Engine::refer`]).
+    /// An engine that projects only its own partitions ([`Engine::scope`])
+    /// decides nothing of the others': it refers every caller (one that
+    /// cannot be forwarded is told where to ask), and without a known
+    /// owner it refuses `not_owner` (retryable).
     pub fn referral_for(&mut self, whose: Whose<'_>) -> Result<Option<Referral>> {
-        let Some(placement) = self.placement.as_ref().filter(|_| self.referring) else {
-            return Ok(None);
-        };
-        if placement.owners.is_empty() || whose == Whose::Anyone {
+        if whose == Whose::Anyone {
             return Ok(None);
         }
-        let mut partition = self.home_partition(whose, false)?;
+        match &self.scope {
+            Some(s) if s.len() as u32 >= self.log.partitions(Topic::Ledger) => return Ok(None),
+            Some(_) => {}
+            None => {
+                let others = self.placement.as_ref().filter(|_| self.referring);
+                if others.is_none_or(|p| p.owners.is_empty()) {
+                    return Ok(None);
+                }
+            }
+        }
+        let mut partition = self.home_partition(whose, false, true)?;
         if partition.is_none() {
             // Perhaps not seen yet: look again on caught-up views, and
             // take a run still not known for a root run (a chain keyed
             // on itself, as every run a caller opens is): its owner
             // decided its opening, so knows it if any instance does.
             self.catch_up_now()?;
-            partition = self.home_partition(whose, true)?;
+            partition = self.home_partition(whose, true, true)?;
         }
-        let Some(placement) = self.placement.as_ref() else {
+        let Some(p) = partition else {
             return Ok(None);
         };
-        Ok(partition
-            .filter(|p| !placement.owned.contains(p))
-            .and_then(|p| {
-                placement.owners.get(&p).map(|owner| Referral {
-                    partition: p,
-                    owner: owner.clone(),
-                })
-            }))
+        let ours = match (&self.scope, &self.placement) {
+            (Some(s), _) => s.contains(&p),
+            (None, Some(placement)) => placement.owned.contains(&p),
+            (None, None) => true,
+        };
+        if ours {
+            return Ok(None);
+        }
+        let scoped = self.scope.is_some();
+        match self.placement.as_ref().and_then(|pl| pl.owners.get(&p)) {
+            // Unscoped, a caller not referred is decided here (these views
+            // hold every chain); scoped, it is told where to ask.
+            Some(owner) if self.referring || scoped => Ok(Some(Referral {
+                partition: p,
+                owner: owner.clone(),
+            })),
+            None if scoped => Err(Refusal::new(
+                Code::NotOwner,
+                format!(
+                    "ledger partition {p} of this chain is not this instance's, and no other \
+                     instance has claimed it yet (the group is moving partitions); ask again in a \
+                     moment"
+                ),
+            )
+            .into()),
+            _ => Ok(None),
+        }
+    }
+
+    /// Project only the ledger partitions in `owned` from now on, when
+    /// this engine projects only its own (see [`EngineOptions::scoped`]);
+    /// a partition gained is caught up with the next catch-up, before
+    /// anything of it is decided.
+    ///
+    /// [`EngineOptions::scoped`]: crate::engine::EngineOptions::scoped
+    pub fn scope(&mut self, owned: &BTreeSet<u32>) {
+        if let Some(scope) = self.scope.as_mut().filter(|s| *s != owned) {
+            *scope = owned.clone();
+        }
+    }
+
+    /// The ledger partitions this engine projects (`None`: every one).
+    pub fn scoped_to(&self) -> Option<&BTreeSet<u32>> {
+        self.scope.as_ref()
+    }
+
+    /// The ledger partition `whose` chain lives in, as these views know
+    /// it (what another instance asks when it cannot find a run or task).
+    pub fn partition_known(&self, whose: Whose<'_>) -> Result<Option<u32>> {
+        self.home_partition(whose, false, false)
+    }
+
+    /// Remember that `whose` lives in ledger partition `p`, as another
+    /// instance that holds it said: its next request is referred there at
+    /// once. Bounded: forgotten wholesale when full (asked again then).
+    pub fn learn_partition(&mut self, whose: Whose<'_>, p: u32) {
+        if self.located.len() >= MAX_LOCATED {
+            self.located.clear();
+        }
+        match whose {
+            Whose::Run(r) | Whose::NewRun(r) => {
+                self.located.insert(located_run(r), p);
+            }
+            Whose::Task(t) | Whose::TaskOrRun(t, _) => {
+                self.located.insert(located_task(t), p);
+            }
+            Whose::Anyone => {}
+        }
     }
 
     /// The ledger partition of `whose` chain. `None` for what any
     /// instance decides, and for a task not known here; a run not known
-    /// here is `None` too, or with `guess` taken for a root run.
-    fn home_partition(&self, whose: Whose<'_>, guess: bool) -> Result<Option<u32>> {
+    /// here is `None` too, or with `guess` taken for a root run. With
+    /// `hearsay`, runs and tasks another instance said where to find are
+    /// found there.
+    fn home_partition(&self, whose: Whose<'_>, guess: bool, hearsay: bool) -> Result<Option<u32>> {
+        let told = |key: String| self.located.get(&key).copied().filter(|_| hearsay);
         let partition = |key: &str| self.log.partition_of(Topic::Ledger, key.as_bytes());
         let of_run = |run: &str, guess: bool| -> Result<Option<u32>> {
             Ok(match self.views.run(run)? {
                 Some(r) => Some(partition(ids::chain_key(r.root.as_deref(), &r.run))),
-                None if guess => Some(partition(run)),
-                None => None,
+                None => match told(located_run(run)) {
+                    Some(p) => Some(p),
+                    None if guess => Some(partition(run)),
+                    None => None,
+                },
             })
         };
         let of_task = |task: &str| -> Result<Option<u32>> {
             match self.views.task(task)? {
                 Some(t) => of_run(&t.master_run, false),
-                None => Ok(None),
+                None => Ok(told(located_task(task))),
             }
         };
         match whose {
@@ -147,6 +226,17 @@ impl Engine {
             },
         }
     }
+}
+
+/// Most runs and tasks remembered as found elsewhere.
+const MAX_LOCATED: usize = 65_536;
+
+fn located_run(run: &str) -> String {
+    format!("r\0{run}")
+}
+
+fn located_task(task: &str) -> String {
+    format!("t\0{task}")
 }
 
 /// What decides where a request or question belongs.
@@ -167,7 +257,7 @@ pub enum Whose<'a> {
 }
 
 /// Whose chain a request is about.
-fn whose(request: &Request) -> Whose<'_> {
+pub fn whose(request: &Request) -> Whose<'_> {
     match request {
         Request::OpenRun(r) => Whose::NewRun(&r.run),
         Request::CloseRun(r) => Whose::Run(&r.run),

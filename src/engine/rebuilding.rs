@@ -47,6 +47,7 @@ impl Engine {
             name,
             self.log.clone(),
             keys.clone(),
+            self.scope.clone(),
             self.now_ms(),
         )?;
         let status = b.status();
@@ -105,7 +106,7 @@ impl Engine {
         let mut aligned = false;
         for _ in 0..ALIGN_TRIES {
             self.catch_up(&|_| {})?;
-            project_all(log.as_ref(), &fresh, &|_| {})?;
+            project_all(log.as_ref(), &fresh, self.scope.as_ref(), &|_| {})?;
             if positions(&self.views, log.as_ref())? == positions(&fresh, log.as_ref())? {
                 aligned = true;
                 break;

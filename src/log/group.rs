@@ -43,6 +43,12 @@ pub trait Membership: Send {
 
     /// A short description for status output.
     fn describe(&self) -> String;
+
+    /// Whether other instances may share the partitions (a group on
+    /// Kafka), so that each projects only its own.
+    fn shared(&self) -> bool {
+        false
+    }
 }
 
 /// The only instance: every partition.

@@ -10,9 +10,18 @@ use crate::error::{LedgerError, Result};
 use crate::log::Log;
 use crate::model::Topic;
 use crate::views::Views;
+use std::collections::BTreeSet;
 
-/// Fold the log into the views from their stored offsets to the log's end.
-pub fn project_all(log: &dyn Log, views: &Views, progress: &dyn Fn(u64)) -> Result<u64> {
+/// Fold the log into the views from their stored offsets to the log's end:
+/// the registry and checkpoints whole, and the ledger partitions in
+/// `scope` (every one when `None`; a serve instance in a group projects
+/// only those it owns, the others' chains are their owners' business).
+pub fn project_all(
+    log: &dyn Log,
+    views: &Views,
+    scope: Option<&BTreeSet<u32>>,
+    progress: &dyn Fn(u64),
+) -> Result<u64> {
     let mut applied = 0u64;
     // Ask for every projected topic's ends at once (on Kafka each is a
     // round trip), then read only partitions that have something new.
@@ -22,7 +31,8 @@ pub fn project_all(log: &dyn Log, views: &Views, progress: &dyn Fn(u64)) -> Resu
     for (topic, ends) in topics.into_iter().zip(ends) {
         for (p, end) in ends.into_iter().enumerate() {
             let p = p as u32;
-            if views.offset(topic, p)? >= end {
+            let outside = topic == Topic::Ledger && scope.is_some_and(|s| !s.contains(&p));
+            if outside || views.offset(topic, p)? >= end {
                 continue;
             }
             match topic {

@@ -73,13 +73,15 @@ pub struct Beside {
 }
 
 impl Beside {
-    /// Start projecting `log` into fresh views in `dir` (emptied first).
+    /// Start projecting `log` into fresh views in `dir` (emptied first):
+    /// its ledger partitions in `scope`, like the live views.
     pub fn start(
         id: u64,
         dir: PathBuf,
         name: String,
         log: Arc<dyn Log>,
         keys: Arc<crate::erasure::KeyStore>,
+        scope: Option<std::collections::BTreeSet<u32>>,
         now_ms: u64,
     ) -> Result<Self> {
         match std::fs::remove_dir_all(&dir) {
@@ -92,7 +94,7 @@ impl Beside {
                 ))
             }
         }
-        let total = super::projected_records(log.as_ref())?;
+        let total = super::projected_records_in(log.as_ref(), scope.as_ref())?;
         let projected = Arc::new(AtomicU64::new(0));
         let counter = projected.clone();
         let at = dir.clone();
@@ -101,7 +103,7 @@ impl Beside {
             .spawn(move || -> Result<Views> {
                 let mut views = Views::open(&at)?;
                 views.set_keys(keys);
-                project_all(log.as_ref(), &views, &|n| {
+                project_all(log.as_ref(), &views, scope.as_ref(), &|n| {
                     counter.fetch_add(n, Ordering::Relaxed);
                 })?;
                 views.flush()?;

@@ -24,9 +24,20 @@ pub struct RebuildReport {
 
 /// Total records the projector reads (for a progress bar).
 pub fn projected_records(log: &dyn Log) -> Result<u64> {
+    projected_records_in(log, None)
+}
+
+/// [`projected_records`] of the ledger partitions in `scope` (all: `None`).
+pub fn projected_records_in(
+    log: &dyn Log,
+    scope: Option<&std::collections::BTreeSet<u32>>,
+) -> Result<u64> {
     let mut n = 0;
     for topic in [Topic::Registry, Topic::Ledger] {
         for p in 0..log.partitions(topic) {
+            if topic == Topic::Ledger && scope.is_some_and(|s| !s.contains(&p)) {
+                continue;
+            }
             n += log.end_offset(topic, p)?;
         }
     }
@@ -49,7 +60,7 @@ pub fn rebuild_views(dd: &DataDir, log: &dyn Log, progress: &dyn Fn(u64)) -> Res
         let digest = crate::engine::guarded(|| {
             let mut v = Views::open(&live)?;
             v.set_keys(keys.clone());
-            project_all(log, &v, &|_| {})?;
+            project_all(log, &v, None, &|_| {})?;
             Ok::<_, LedgerError>(v.digest()?)
         });
         match digest {
@@ -71,7 +82,7 @@ pub fn rebuild_views(dd: &DataDir, log: &dyn Log, progress: &dyn Fn(u64)) -> Res
     let (records, digest) = {
         let mut views = Views::open(&fresh)?;
         views.set_keys(keys.clone());
-        let records = project_all(log, &views, progress)?;
+        let records = project_all(log, &views, None, progress)?;
         // The Merkle tiles are derived data too: as far as checkpoints go,
         // so a server can serve them at once.
         for t in crate::audit::checkpoint::CHAINED_TOPICS {

@@ -50,6 +50,9 @@ pub struct PartitionView {
     pub owner: Option<String>,
     /// The log's end: the offset its next record gets.
     pub end: u64,
+    /// Whether this instance's views project it (on Kafka: it owns it;
+    /// the others' `projected` stands where its views last left it).
+    pub held: bool,
     /// How far this instance's views have projected it.
     pub projected: u64,
     /// Records not projected here yet.
@@ -76,6 +79,7 @@ pub(crate) fn partitions(
             Ok(PartitionView {
                 partition: p,
                 owner: owners.get(&p).cloned(),
+                held: engine.scoped_to().is_none_or(|s| s.contains(&p)),
                 end,
                 projected,
                 lag: end.saturating_sub(projected),

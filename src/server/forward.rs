@@ -115,12 +115,8 @@ fn assertion_for(s: &AppState, caller: &Caller, target: &str, body: &[u8]) -> Op
 
 /// This instance's id in the cluster.
 fn me(s: &AppState) -> String {
-    s.ledger
-        .cluster
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .me
-        .clone()
+    let view = s.ledger.cluster.lock().unwrap_or_else(|e| e.into_inner());
+    view.me.clone()
 }
 
 /// What forwarding to `to` failed with, as the caller is told.
@@ -147,7 +143,7 @@ pub(super) struct Outgoing<'a> {
 }
 
 /// Send `out` to the owner for `caller`, with the caller's headers.
-async fn send(
+pub(super) async fn send(
     s: &AppState,
     caller: &Caller,
     headers: &HeaderMap,

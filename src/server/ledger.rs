@@ -161,6 +161,14 @@ pub struct LedgerHandle {
 }
 
 impl LedgerHandle {
+    /// The cluster as this instance last read it (see `server::cluster`).
+    pub fn cluster_view(&self) -> super::cluster::ClusterView {
+        self.cluster
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Answer request lines from `caller` in order, as `apply` would.
     pub async fn ops(&self, caller: Caller, lines: Vec<Line>) -> Result<OpsAnswer, Gone> {
         self.send_ops(caller, None, false, lines).await

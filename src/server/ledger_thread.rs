@@ -219,6 +219,11 @@ pub(crate) fn serve_loop(
             .unwrap_or_else(|e| e.into_inner())
             .placement(&owned);
         engine.place(placement);
+        // In a group, the views follow what this instance owns: a
+        // partition gained is caught up below, before any job of it.
+        if member.shared() {
+            engine.scope(&owned);
+        }
         if owned_before.as_ref() != Some(&owned) {
             (opts.say)(&format!(
                 "dispatching ledger partitions {:?}",

@@ -133,7 +133,7 @@ fn run_waiting(
 /// Fresh views projected from what the log holds.
 fn projected_again(dir: &std::path::Path, log: &FailingSync) -> Views {
     let views = Views::open(dir.join("views-again")).unwrap();
-    crate::projector::project_all(log, &views, &|_| {}).unwrap();
+    crate::projector::project_all(log, &views, None, &|_| {}).unwrap();
     views
 }
 

@@ -276,9 +276,12 @@ pub(super) async fn gate(
             // sessions) there: relayed whole.
             let refer = super::forward::refers(&s, &who, &parts.headers);
             let forwarding = refer.then(|| who.clone());
-            let (run, state) = (run.clone(), s.clone());
+            let (asked_run, state) = (run.clone(), s.clone());
             match s
-                .in_time(s.ledger.call(move |e| admit(e, &who, &run, state, refer)))
+                .in_time(
+                    s.ledger
+                        .call(move |e| admit(e, &who, &asked_run, state, refer)),
+                )
                 .await
             {
                 Err(_) => refused(
@@ -292,16 +295,33 @@ pub(super) async fn gate(
                     None,
                 ),
                 Ok(Ok(Err(f))) if f.referral.is_some() => {
-                    elsewhere(&s, forwarding.as_ref(), &f, &parts, body).await
+                    elsewhere(&s, forwarding.as_ref(), (&run, &f), &parts, body).await
                 }
                 Ok(Ok(Err(f))) => {
-                    let status = match f.error.code {
-                        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-                        Code::Forbidden => StatusCode::FORBIDDEN,
-                        Code::UnknownRun => StatusCode::NOT_FOUND,
-                        _ => StatusCode::INTERNAL_SERVER_ERROR,
-                    };
-                    refused(status, &f, Some(&metadata))
+                    // A listener run (its id does not name its chain) may
+                    // be held by another instance: asked where, relayed.
+                    match super::locate::run_held(&s, forwarding.as_ref(), &run, &parts.headers, &f)
+                        .await
+                    {
+                        Some(f) => {
+                            elsewhere(&s, forwarding.as_ref(), (&run, &f), &parts, body).await
+                        }
+                        // No instance has claimed its partition yet.
+                        None if f.error.code == Code::NotOwner => {
+                            let mut r = refused(StatusCode::SERVICE_UNAVAILABLE, &f, None);
+                            super::answer::ask_again(&mut r);
+                            r
+                        }
+                        None => {
+                            let status = match f.error.code {
+                                Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+                                Code::Forbidden => StatusCode::FORBIDDEN,
+                                Code::UnknownRun => StatusCode::NOT_FOUND,
+                                _ => StatusCode::INTERNAL_SERVER_ERROR,
+                            };
+                            refused(status, &f, Some(&metadata))
+                        }
+                    }
                 }
                 Ok(Ok(Ok(_))) if no_room(&parts, &endpoint, s.opts.max_streams).await => {
                     let mut r = refused(
@@ -407,7 +427,7 @@ pub(super) async fn gate(
 async fn elsewhere(
     s: &AppState,
     caller: Option<&Caller>,
-    f: &Failure,
+    (run, f): (&str, &Failure),
     parts: &axum::http::request::Parts,
     body: Body,
 ) -> Response {
@@ -429,15 +449,25 @@ async fn elsewhere(
             ),
         );
     };
-    let out = super::forward::Outgoing {
+    let out = |to| super::forward::Outgoing {
         to,
         method: parts.method.clone(),
         target: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
         content_type: None,
-        body: (!bytes.is_empty()).then_some(bytes),
+        body: (!bytes.is_empty()).then(|| bytes.clone()),
         timed: parts.method != axum::http::Method::GET,
     };
-    super::forward::relay(s, caller, &parts.headers, out).await
+    let answer = super::forward::relay(s, caller, &parts.headers, out(to)).await;
+    // The owner guessed (a run not held here taken for a root) does not
+    // know it: to the instance the others say holds it.
+    if answer.status() == StatusCode::NOT_FOUND {
+        let subject = super::locate::Subject::Run(run.to_string());
+        let next = super::locate::elsewhere(s, caller, &parts.headers, &subject, Some(&to.owner));
+        if let Some(next) = next.await {
+            return super::forward::relay(s, caller, &parts.headers, out(&next)).await;
+        }
+    }
+    answer
 }
 
 /// The most a JSON-RPC message posted to an endpoint may be.

@@ -35,6 +35,7 @@ pub struct Metrics {
     rebuild: Family<Labels, Gauge>,
     unrecorded: Family<Labels, Counter>,
     forwarded: Counter,
+    located: Counter,
 }
 
 impl Default for Metrics {
@@ -62,8 +63,14 @@ impl Metrics {
         let forwarded = Counter::default();
         registry.register(
             "forwarded_requests",
-            "Requests (or an ndjson request's lines for one owner) forwarded to the instance that owns their chain's ledger partition",
+            "Requests (or an ndjson request's lines for one owner) forwarded to the instance that owns their chain's ledger partition, and questions to other instances where a run or task lives",
             forwarded.clone(),
+        );
+        let located = Counter::default();
+        registry.register(
+            "located",
+            "Runs and tasks not held here (nor by the owner guessed) that another instance said where to find",
+            located.clone(),
         );
         registry.register(
             "log_syncs",
@@ -157,7 +164,13 @@ impl Metrics {
             log_syncs,
             log_syncs_seen: Default::default(),
             forwarded,
+            located,
         }
+    }
+
+    /// Count one run or task found at another instance.
+    pub fn located(&self) {
+        self.located.inc();
     }
 
     /// Count one request forwarded to another instance.

@@ -14,6 +14,7 @@ mod forward;
 pub mod intake;
 pub mod ledger;
 mod ledger_thread;
+mod locate;
 mod mcp;
 pub mod metrics;
 mod operate;

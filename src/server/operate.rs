@@ -100,12 +100,7 @@ pub(super) async fn ready(State(s): State<AppState>) -> Response {
 pub(super) async fn cluster(State(s): State<AppState>, headers: Asked) -> Response {
     let response = match admitted(&s, &headers, Permit::Read).await {
         Ok(_) => {
-            let view = s
-                .ledger
-                .cluster
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
+            let view = s.ledger.cluster_view();
             // Each partition's lag, as this instance's views stand now.
             let owners = view.owner_of_each();
             let partitions = s

@@ -7,6 +7,7 @@ use super::answer::{
 };
 use super::forward;
 use super::ledger::{Caller, Gone, Line};
+use super::locate;
 use super::state::AppState;
 use crate::apply::parse_line;
 use crate::codes::Code;
@@ -113,18 +114,22 @@ pub(super) async fn ops_inner(
         Err(r) => return failure_response(Failure::new(Code::InvalidRequest, r.body_text())),
     };
     let ndjson = is_ndjson(headers);
-    let lines = if ndjson {
-        ndjson_lines(&body)
-    } else {
-        vec![parse_line(&body)]
+    let parsed = |body: &[u8]| {
+        if ndjson {
+            ndjson_lines(body)
+        } else {
+            vec![parse_line(body)]
+        }
     };
-    if lines.len() > crate::model::limits::MAX_OPS_PER_BODY {
+    let mut lines = Some(parsed(&body));
+    let count = lines.as_ref().map_or(0, Vec::len);
+    if count > crate::model::limits::MAX_OPS_PER_BODY {
         // A request too large in operations rather than bytes: 413 all the same.
         return with_status(StatusCode::PAYLOAD_TOO_LARGE, Failure::new(
             Code::LimitExceeded,
             format!(
                 "the body holds {} operations; at most {} are answered per request (nothing was applied)",
-                lines.len(),
+                count,
                 crate::model::limits::MAX_OPS_PER_BODY
             ),
         ));
@@ -132,30 +137,51 @@ pub(super) async fn ops_inner(
     let refer = forward::refers(s, &caller, headers);
     // Who the owner is asked for, if a line goes there.
     let forwarding = refer.then(|| caller.clone());
-    let replies = match s
-        .in_time(s.ledger.ops_referring(caller, lines, refer))
-        .await
-    {
-        Ok(Ok(Ok(r))) => r,
-        Ok(Ok(Err(f))) => return failure_response(f),
-        Ok(Err(Gone)) => return gone(),
-        Err(_) => return timed_out(s.opts.timeout),
+    let started = std::time::Instant::now();
+    let forwarded = forward::is_forwarded(headers);
+    let replies = loop {
+        // Parsed again only for a second ask (rare: see below).
+        let asking = lines.take().unwrap_or_else(|| parsed(&body));
+        let asked = s.ledger.ops_referring(caller.clone(), asking, refer);
+        let replies = match s.in_time(asked).await {
+            Ok(Ok(Ok(r))) => r,
+            Ok(Ok(Err(f))) => return failure_response(f),
+            Ok(Err(Gone)) => return gone(),
+            Err(_) => return timed_out(s.opts.timeout),
+        };
+        // Nothing decided, for a partition nobody has claimed yet: wait
+        // (bounded) for its new owner rather than refuse at once.
+        match locate::wait_for_claim(s, started) {
+            Some(pause) if !forwarded && locate::all_unclaimed(&replies) => {
+                tokio::time::sleep(pause).await
+            }
+            _ => break replies,
+        }
     };
     // Lines of chains another instance decides go to it (once: a
     // forwarded request's referrals are answered as they are).
-    let elsewhere = forwarding.as_ref().filter(|_| {
-        !forward::is_forwarded(headers) && replies.iter().any(|r| r.referral().is_some())
-    });
-    if let (Some(caller), false) = (elsewhere, ndjson) {
+    let forwarding = forwarding.as_ref().filter(|_| !forwarded);
+    let elsewhere = forwarding.filter(|_| replies.iter().any(|r| r.referral().is_some()));
+    if let (Some(caller), false) = (forwarding, ndjson) {
+        let subject = || locate::Subject::of_line(&body);
         if let Some(to) = replies.first().and_then(Reply::referral) {
-            return forward::whole(s, caller, to, "/v1/ops", headers, Some(body)).await;
+            let asked = ("/v1/ops", Some(body.clone()));
+            return locate::whole(s, caller, to, headers, asked, subject()).await;
+        }
+        if let Some(first) = replies.first() {
+            if let Some(to) = locate::unknown_here(s, caller, headers, first, subject).await {
+                return forward::whole(s, caller, &to, "/v1/ops", headers, Some(body)).await;
+            }
         }
     }
     if ndjson {
         let mut texts: Vec<String> = replies.iter().map(reply_text).collect();
-        if let Some(caller) = elsewhere {
+        if let Some(caller) = forwarding {
             let raw: Vec<&[u8]> = ndjson_raw(&body).collect();
-            forward::lines(s, caller, headers, &raw, &replies, &mut texts).await;
+            if elsewhere.is_some() {
+                forward::lines(s, caller, headers, &raw, &replies, &mut texts).await;
+            }
+            locate::lines(s, caller, headers, &raw, &replies, &mut texts).await;
         }
         let mut text = String::new();
         for t in &texts {

@@ -6,6 +6,7 @@ use super::access::{admitted, caller, read_job_about, request_slot, subject_of, 
 use super::answer::failure_response;
 use super::forward;
 use super::ledger::Caller;
+use super::locate;
 use super::state::AppState;
 use crate::codes::Code;
 use crate::protocol::Failure;
@@ -90,34 +91,55 @@ pub(super) async fn ask_inner(
     };
     let shape = read_shape(&q, params);
     let refer = forward::refers(s, &caller, headers);
-    let forwarding = refer.then(|| caller.clone());
-    let said = read_job_about(s, caller, subject_of(&q), move |engine| {
-        // Who may not ask learns nothing, not even that the format is wrong.
-        let json = json?;
-        shape?;
-        let failed = |e: crate::error::LedgerError| Failure::new(e.code(), e.to_string());
-        // A chain another instance decides is read there: its views
-        // hold every step it decided, this instance's may lag.
-        let elsewhere = engine.referral_asked(refer, queries::whose(&q));
-        if let Some(to) = elsewhere.map_err(failed)? {
-            return Ok(Err(to));
+    let forwarded = forward::is_forwarded(headers);
+    let forwarding = refer.then(|| caller.clone()).filter(|_| !forwarded);
+    let subject = || locate::Subject::of(queries::whose(&q));
+    let started = std::time::Instant::now();
+    let said = loop {
+        let (json, shape, asked) = (json.clone(), shape.clone(), q.clone());
+        let said = read_job_about(s, caller.clone(), subject_of(&q), move |engine| {
+            // Who may not ask learns nothing, not even that the format is wrong.
+            let json = json?;
+            shape?;
+            let failed = |e: crate::error::LedgerError| Failure::new(e.code(), e.to_string());
+            // A chain another instance decides is read there: its views
+            // hold every step it decided, this instance's may lag (or
+            // hold none of it).
+            match engine.referral_asked(refer, queries::whose(&asked)) {
+                Ok(Some(to)) => return Ok(Err(forward::not_owner(&to))),
+                Err(e) if e.code() == Code::NotOwner => return Ok(Err(failed(e))),
+                Err(e) => return Err(failed(e)),
+                Ok(None) => {}
+            }
+            queries::answer(engine, &asked, json)
+                .map(Ok)
+                .map_err(failed)
+        })
+        .await;
+        match (said, locate::wait_for_claim(s, started)) {
+            (Ok(Err(f)), Some(pause)) if locate::unclaimed(&f) && !forwarded => {
+                tokio::time::sleep(pause).await
+            }
+            (said, _) => break said,
         }
-        queries::answer(engine, &q, json).map(Ok).map_err(failed)
-    })
-    .await;
+    };
     let said = match said {
         Ok(Ok(said)) => said,
-        Ok(Err(to)) if forward::is_forwarded(headers) => {
-            return failure_response(forward::not_owner(&to))
-        }
-        Ok(Err(to)) => {
-            let Some(caller) = &forwarding else {
-                return failure_response(forward::not_owner(&to));
+        Ok(Err(away)) => {
+            let (Some(caller), Some(to)) = (&forwarding, away.referral.as_deref()) else {
+                return failure_response(away);
             };
-            return forward::whole(s, caller, &to, headers.target(), headers, None).await;
+            let asked = (headers.target(), None);
+            return locate::whole(s, caller, to, headers, asked, subject()).await;
         }
         Err(r) => return r,
     };
+    if let (Some(caller), Some(failed)) = (&forwarding, &said.failure) {
+        let failed = crate::protocol::Reply::Failed(failed.clone());
+        if let Some(to) = locate::unknown_here(s, caller, headers, &failed, subject).await {
+            return forward::whole(s, caller, &to, headers.target(), headers, None).await;
+        }
+    }
     let json = picture.is_none() && params.format.as_deref() != Some("text");
     let exit = HeaderValue::from(said.exit_code());
     // A failure is the protocol's JSON in either format: the CLI prints

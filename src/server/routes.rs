@@ -48,6 +48,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks/{task}/stats", get(stats))
         .route("/v1/status", get(status))
         .route("/v1/cluster", get(super::operate::cluster))
+        .route("/v1/cluster/locate", get(super::locate::answer))
         .route("/v1/tokens", get(tokens_list))
         .route("/v1/export", get(export))
         .route("/v1/verify", get(verify))

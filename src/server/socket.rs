@@ -308,11 +308,16 @@ pub(super) async fn ws_session(
                 )
                 .await
             {
-                Ok(Ok(Ok(r))) => match (r.first().and_then(Reply::referral), &forward_as) {
+                Ok(Ok(Ok(r))) => match (r.first().filter(|r| away(r)), &forward_as) {
                     // The message as it came is what the owner is sent.
-                    (Some(_), Some(headers)) => {
-                        let mut answer = vec![String::new()];
-                        forward::lines(&s, &caller, headers, &[&bytes], &r, &mut answer).await;
+                    (Some(first), Some(headers)) => {
+                        let mut answer = vec![super::answer::reply_text(first)];
+                        if first.referral().is_some() {
+                            forward::lines(&s, &caller, headers, &[&bytes], &r, &mut answer).await;
+                        }
+                        // A run or task unknown here and there: where it is.
+                        super::locate::lines(&s, &caller, headers, &[&bytes], &r, &mut answer)
+                            .await;
                         if tx
                             .send(Message::Text(answer.concat().into()))
                             .await
@@ -349,4 +354,10 @@ pub(super) async fn ws_session(
     }
     drop(tx);
     let _ = writer.await;
+}
+
+/// Whether a reply says the operation belongs to another instance (a
+/// referral), or names a run or task another instance may hold.
+fn away(reply: &Reply) -> bool {
+    reply.referral().is_some() || matches!(reply, Reply::Failed(f) if super::locate::unknown(f))
 }

@@ -140,15 +140,28 @@ pub fn post_ok(url: &str, body: serde_json::Value) -> serde_json::Value {
 /// server every 20 ms, for at most `within`; the server's log is shown if
 /// it never does).
 pub fn wait_chain(s: &Server, run: &str, n: usize, within: Duration) -> Vec<String> {
+    wait_chain_as(s, None, run, n, within)
+}
+
+/// [`wait_chain`] asked with `token` (in a cluster: answered by the
+/// chain's owner) rather than the server's session token.
+pub fn wait_chain_as(
+    s: &Server,
+    token: Option<&str>,
+    run: &str,
+    n: usize,
+    within: Duration,
+) -> Vec<String> {
     let url = s.url.as_str();
     let deadline = Instant::now() + within;
     loop {
-        let v: serde_json::Value = http(url)
-            .get(format!("{url}/v1/runs/{run}/chain"))
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
+        let asked = match token {
+            Some(t) => client()
+                .get(format!("{url}/v1/runs/{run}/chain"))
+                .bearer_auth(t),
+            None => http(url).get(format!("{url}/v1/runs/{run}/chain")),
+        };
+        let v: serde_json::Value = asked.send().unwrap().json().unwrap();
         let runs: Vec<String> = v["runs"]
             .as_array()
             .into_iter()

@@ -191,6 +191,10 @@ impl Membership for KafkaMembership {
         self.roster.members()
     }
 
+    fn shared(&self) -> bool {
+        true
+    }
+
     fn describe(&self) -> String {
         format!(
             "member of group {:?} on {} ({} protocol)",
