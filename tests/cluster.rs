@@ -528,7 +528,10 @@ fn on_three_instances_a_chains_steps_sent_round_robin_are_all_answered_ok() {
     // Four chains, each driven three hops, every step through the next
     // instance in turn: roots opened, closed, the listeners the owner's
     // dispatcher opens closed in their turn.
-    let roots: Vec<String> = (0..4).map(|i| format!("rr-{i}")).collect();
+    // One chain in each partition, so that every instance holds some.
+    let roots: Vec<String> = (0..4)
+        .map(|p| run_in(&BTreeSet::from([p]), &format!("rr{p}")))
+        .collect();
     let mut turn = 0usize;
     let mut next = || {
         turn += 1;
@@ -601,6 +604,51 @@ fn on_three_instances_a_chains_steps_sent_round_robin_are_all_answered_ok() {
     // The listener runs (their ids do not name their chain) closed through
     // instances that do not hold them were found where they live.
     assert!(s.iter().map(located).sum::<u64>() > 0);
+    // A fourth instance joins and takes a partition: the instance that
+    // held it drops its views of it; the newcomer projects it, and the
+    // trails read through it are the same.
+    let d4 = tempfile::tempdir().unwrap();
+    let s4 = server::start(d4.path(), Some(&kafka), &[]);
+    let settled4 = |v: &Value| {
+        let Some(m) = v["members"].as_array() else {
+            return false;
+        };
+        let all: BTreeSet<u64> = m.iter().flat_map(owned).collect();
+        m.len() == 4
+            && m.iter().all(|m| !m["url"].is_null() && m["stale"] == false)
+            && m.iter().all(|m| owned(m).len() == 1)
+            && all.len() == 4
+    };
+    let dropped = |v: &Value| {
+        v["partitions"].as_array().is_some_and(|ps| {
+            ps.iter().all(|p| {
+                let held = p["held"] == true;
+                (held && p["projected"] == p["end"]) || (!held && p["projected"] == 0)
+            })
+        })
+    };
+    let all: Vec<&Server> = s.iter().chain([&s4]).collect();
+    for i in &all {
+        cluster_until(i, "four settled", settled4);
+        cluster_until(i, "views of partitions not held dropped", dropped);
+    }
+    let v4 = cluster(&s4);
+    let ends: u64 = v4["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["held"] == true)
+        .map(|p| p["end"].as_u64().unwrap())
+        .sum();
+    assert!(ends > 0, "the newcomer took a partition with records: {v4}");
+    for root in &roots {
+        let trails: Vec<String> = all.iter().map(|i| chain_trail(i, &token, root)).collect();
+        assert!(
+            trails.iter().all(|t| t == &trails[0]),
+            "{root}: {trails:#?}"
+        );
+        assert!(trails[0].lines().count() >= 7, "{}", trails[0]);
+    }
 }
 
 /// A client of instances serving HTTPS with certificates of `ca`, showing

@@ -189,7 +189,7 @@ fn an_engine_scoped_to_its_partitions_holds_and_decides_only_their_chains() {
     // Until told what it owns: the registry, none of the ledger.
     assert!(e.views().agent("worker").unwrap().is_some());
     assert!(e.views().run(&mine).unwrap().is_none());
-    e.scope(&BTreeSet::from([0]));
+    e.scope(&BTreeSet::from([0])).unwrap();
     e.catch_up(&|_| {}).unwrap();
     assert!(e.views().run(&mine).unwrap().is_some());
     for r in [&theirs, &nobodys] {
@@ -251,10 +251,49 @@ fn an_engine_scoped_to_its_partitions_holds_and_decides_only_their_chains() {
     assert_eq!(e.partition_known(Whose::Task("t1")).unwrap(), None);
     assert_eq!(e.partition_known(Whose::Run(&mine)).unwrap(), Some(0));
     // Owning every partition: nothing referred, everything projected.
-    e.scope(&BTreeSet::from([0, 1, 2, 3]));
+    e.scope(&BTreeSet::from([0, 1, 2, 3])).unwrap();
     e.catch_up(&|_| {}).unwrap();
     assert!(e.views().run(&theirs).unwrap().is_some());
     // Decided here, on the task now held (a context not the worker's).
     let replies = group(&mut e, &ask);
     assert_eq!(code(&replies[0]), "not_your_context");
+    // Partitions lost: what the views held of them is dropped (runs,
+    // tasks, offsets), what stays owned is kept.
+    e.scope(&BTreeSet::from([0])).unwrap();
+    e.flush().unwrap();
+    assert!(e.views().run(&mine).unwrap().is_some());
+    for r in [&theirs, &nobodys] {
+        assert!(e.views().run(r).unwrap().is_none(), "{r}");
+        assert!(e.views().trail_pointers(r).unwrap().is_empty(), "{r}");
+    }
+    assert!(e.views().task("t1").unwrap().is_none());
+    for p in 1..4 {
+        assert_eq!(e.views().offset(Topic::Ledger, p).unwrap(), 0, "{p}");
+    }
+    assert_eq!(e.views().dispatch_cursor(3).unwrap(), 0);
+    // Back again: projected anew from the log, the same as before.
+    e.scope(&BTreeSet::from([0, 1, 3])).unwrap();
+    e.catch_up(&|_| {}).unwrap();
+    assert!(e.views().run(&theirs).unwrap().is_some());
+    assert!(e
+        .views()
+        .run(&nobodys)
+        .unwrap()
+        .unwrap()
+        .closed_at
+        .is_some());
+    assert_eq!(code(&group(&mut e, &ask)[0]), "not_your_context");
+    // Dropped and projected again, the views are what one projection of
+    // the whole log makes.
+    e.scope(&BTreeSet::from([0, 1, 2, 3])).unwrap();
+    e.catch_up(&|_| {}).unwrap();
+    e.flush().unwrap();
+    e.start_rebuild().unwrap();
+    let rebuilt = loop {
+        if let Some(r) = e.finish_rebuild().unwrap() {
+            break r;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(rebuilt.identical(), Some(true), "{rebuilt:?}");
 }

@@ -152,13 +152,30 @@ impl Engine {
     /// Project only the ledger partitions in `owned` from now on, when
     /// this engine projects only its own (see [`EngineOptions::scoped`]);
     /// a partition gained is caught up with the next catch-up, before
-    /// anything of it is decided.
+    /// anything of it is decided, and what the views hold of any other
+    /// (lost to another instance, or held before this process started)
+    /// is dropped.
     ///
     /// [`EngineOptions::scoped`]: crate::engine::EngineOptions::scoped
-    pub fn scope(&mut self, owned: &BTreeSet<u32>) {
-        if let Some(scope) = self.scope.as_mut().filter(|s| *s != owned) {
-            *scope = owned.clone();
+    pub fn scope(&mut self, owned: &BTreeSet<u32>) -> Result<()> {
+        let Some(scope) = self.scope.as_mut().filter(|s| *s != owned) else {
+            return Ok(());
+        };
+        *scope = owned.clone();
+        let log = self.log.clone();
+        let partition_of = |key: &str| log.partition_of(Topic::Ledger, key.as_bytes());
+        for p in (0..log.partitions(Topic::Ledger)).filter(|p| !owned.contains(p)) {
+            if self.views.offset(Topic::Ledger, p)? == 0 {
+                continue;
+            }
+            let runs = self.views.forget_partition(p, &partition_of)?;
+            tracing::info!(
+                partition = p,
+                runs,
+                "views of a ledger partition not owned here dropped"
+            );
         }
+        Ok(())
     }
 
     /// The ledger partitions this engine projects (`None`: every one).

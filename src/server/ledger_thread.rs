@@ -222,7 +222,7 @@ pub(crate) fn serve_loop(
         // In a group, the views follow what this instance owns: a
         // partition gained is caught up below, before any job of it.
         if member.shared() {
-            engine.scope(&owned);
+            engine.scope(&owned)?;
         }
         if owned_before.as_ref() != Some(&owned) {
             (opts.say)(&format!(

@@ -6,6 +6,7 @@
 
 mod behind;
 pub mod db;
+mod forget;
 pub mod keys;
 pub mod state;
 pub mod txn;
