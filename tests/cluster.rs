@@ -464,6 +464,10 @@ fn on_kafka_any_instance_takes_any_request_and_the_owner_decides_it() {
 
 /// The trail of `root`'s chain as instance `s`'s own views hold it (read
 /// with its session token, so answered there, not by the owner).
+/// Views of partitions an instance no longer owns dropped within a second
+/// (ten minutes by default).
+const DROP_SOON: &[&str] = &["--drop-views-after-secs", "1"];
+
 fn local_chain_trail(s: &Server, root: &str) -> (u16, String) {
     let r = server::http(&s.url)
         .get(format!("{}/v1/runs/{root}/trail?chain=true", s.url))
@@ -491,7 +495,7 @@ fn on_three_instances_a_chains_steps_sent_round_robin_are_all_answered_ok() {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let s: Vec<Server> = dirs
         .iter()
-        .map(|d| server::start(d.path(), Some(&kafka), &[]))
+        .map(|d| server::start(d.path(), Some(&kafka), DROP_SOON))
         .collect();
     let settled3 = |v: &Value| {
         let Some(m) = v["members"].as_array() else {
@@ -608,7 +612,7 @@ fn on_three_instances_a_chains_steps_sent_round_robin_are_all_answered_ok() {
     // held it drops its views of it; the newcomer projects it, and the
     // trails read through it are the same.
     let d4 = tempfile::tempdir().unwrap();
-    let s4 = server::start(d4.path(), Some(&kafka), &[]);
+    let s4 = server::start(d4.path(), Some(&kafka), DROP_SOON);
     let settled4 = |v: &Value| {
         let Some(m) = v["members"].as_array() else {
             return false;

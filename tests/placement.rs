@@ -183,6 +183,7 @@ fn an_engine_scoped_to_its_partitions_holds_and_decides_only_their_chains() {
     std::fs::remove_dir_all(d.path().join("views")).unwrap();
     let scoped = EngineOptions {
         scoped: true,
+        drop_views_after: std::time::Duration::ZERO,
         ..EngineOptions::default()
     };
     let mut e = Engine::open_embedded(d.path(), scoped).unwrap();
@@ -296,4 +297,32 @@ fn an_engine_scoped_to_its_partitions_holds_and_decides_only_their_chains() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     assert_eq!(rebuilt.identical(), Some(true), "{rebuilt:?}");
+}
+
+/// The views of a partition not owned are kept for a while (a rolling
+/// restart hands it back within seconds): by default ten minutes.
+#[test]
+fn views_of_a_partition_not_owned_are_kept_for_a_while_before_they_are_dropped() {
+    let d = tempfile::tempdir().unwrap();
+    let theirs;
+    {
+        let mut e = Engine::open_embedded(d.path(), EngineOptions::default()).unwrap();
+        theirs = run_in(e.log().as_ref(), 1, "theirs");
+        let ops = [
+            json!({"op":"publish_agent","agent":"worker","scope":"s"}),
+            json!({"op":"open_run","run":theirs,"agent":"worker"}),
+        ];
+        assert!(group(&mut e, &ops).iter().all(|r| code(r) == "ok"));
+    }
+    let scoped = EngineOptions {
+        scoped: true,
+        ..EngineOptions::default()
+    };
+    assert_eq!(scoped.drop_views_after.as_secs(), 600);
+    let mut e = Engine::open_embedded(d.path(), scoped).unwrap();
+    for _ in 0..3 {
+        e.scope(&BTreeSet::from([0])).unwrap();
+    }
+    assert!(e.views().run(&theirs).unwrap().is_some());
+    assert!(e.views().offset(Topic::Ledger, 1).unwrap() > 0);
 }

@@ -397,6 +397,11 @@ pub enum Command {
         /// Grace period of the sweep in seconds (see `gc --grace-secs`).
         #[arg(long, default_value_t = DEFAULT_GC_GRACE_SECS)]
         gc_grace_secs: u64,
+        /// On Kafka: drop the views of a ledger partition this instance
+        /// has not owned for this many seconds (kept meanwhile, should it
+        /// come back, as in a rolling restart).
+        #[arg(long, default_value_t = 600)]
+        drop_views_after_secs: u64,
         /// Checkpoint (and sign, with a checkpoint key) every partition's
         /// new records at least this often, besides every 1024 records.
         #[arg(long, default_value_t = 1000)]

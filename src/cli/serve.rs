@@ -28,6 +28,8 @@ pub struct ServeOptions {
     pub gc_interval: Duration,
     pub gc_grace: Duration,
     pub checkpoint_every: Duration,
+    /// On Kafka: how long the views of a partition not owned are kept.
+    pub drop_views_after: Duration,
     pub otlp_endpoint: Option<String>,
     pub dispatch: bool,
     pub listen: Option<std::net::SocketAddr>,
@@ -39,6 +41,7 @@ pub struct ServeOptions {
 /// The engine `serve` opens, on its own thread.
 fn opener(
     cli: &Cli,
+    drop_views_after: Duration,
 ) -> Result<impl FnOnce() -> Result<agentledger::Engine, LedgerError> + Send + 'static> {
     let data = cli.data.clone();
     let kafka = super::open::kafka_config(cli)?;
@@ -46,6 +49,7 @@ fn opener(
     // On Kafka the instances share the ledger partitions (a group): each
     // projects its own only.
     opts.scoped = kafka.is_some();
+    opts.drop_views_after = drop_views_after;
     Ok(move || match kafka {
         Some(k) => agentledger::Engine::open_kafka(&data, &k, opts),
         None => agentledger::Engine::open_embedded(&data, opts),
@@ -84,7 +88,7 @@ pub fn serve(cli: &Cli, opts: &ServeOptions, shutdown: Arc<AtomicBool>) -> Resul
         None => format!("the ledger in {}", cli.data.display()),
     };
     let stopped = agentledger::server::run(
-        opener(cli)?,
+        opener(cli, opts.drop_views_after)?,
         loop_opts,
         opts.listen.map(|a| (a, opts.http.clone())),
         &cli.data,

@@ -105,6 +105,10 @@ pub struct Engine {
     /// Where runs and tasks this instance does not project were found
     /// (see `placement`): bounded, a run's partition never changes.
     located: std::collections::HashMap<String, u32>,
+    /// Since when each ledger partition whose views are held here has not
+    /// been owned (see `placement`), and when that was last looked at.
+    unowned_since: std::collections::BTreeMap<u32, std::time::Instant>,
+    unowned_checked: Option<std::time::Instant>,
     _lock: Option<File>,
 }
 
@@ -201,6 +205,8 @@ impl Engine {
             referring: false,
             scope,
             located: Default::default(),
+            unowned_since: Default::default(),
+            unowned_checked: None,
             _lock: None,
         }
     }

@@ -54,6 +54,10 @@ pub struct EngineOptions {
     /// ([`crate::Engine::scope`]; none until told), as a `serve` instance
     /// in a group does: each instance's views hold its share of the chains.
     pub scoped: bool,
+    /// How long a scoped engine keeps the views of a ledger partition it
+    /// does not own before dropping them (kept meanwhile, should it come
+    /// back: a rolling restart hands partitions back within seconds).
+    pub drop_views_after: Duration,
 }
 
 impl EngineOptions {
@@ -84,6 +88,7 @@ impl Default for EngineOptions {
             context_ttl_ms: DEFAULT_CONTEXT_TTL_MS,
             ledger: None,
             scoped: false,
+            drop_views_after: Duration::from_secs(600),
         }
     }
 }

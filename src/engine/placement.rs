@@ -14,6 +14,7 @@ use crate::error::Result;
 use crate::model::{ids, Topic};
 use crate::protocol::Request;
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 /// Another instance, as the group's roster names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,23 +153,42 @@ impl Engine {
     /// Project only the ledger partitions in `owned` from now on, when
     /// this engine projects only its own (see [`EngineOptions::scoped`]);
     /// a partition gained is caught up with the next catch-up, before
-    /// anything of it is decided, and what the views hold of any other
-    /// (lost to another instance, or held before this process started)
-    /// is dropped.
+    /// anything of it is decided. What the views hold of any other (lost
+    /// to another instance, or held before this process started) is
+    /// dropped once it has not been owned here for
+    /// [`EngineOptions::drop_views_after`]. Call it often: the time is
+    /// looked at once a second.
     ///
     /// [`EngineOptions::scoped`]: crate::engine::EngineOptions::scoped
+    /// [`EngineOptions::drop_views_after`]: crate::engine::EngineOptions::drop_views_after
     pub fn scope(&mut self, owned: &BTreeSet<u32>) -> Result<()> {
-        let Some(scope) = self.scope.as_mut().filter(|s| *s != owned) else {
+        let Some(scope) = self.scope.as_mut() else {
             return Ok(());
         };
-        *scope = owned.clone();
+        if scope != owned {
+            *scope = owned.clone();
+        }
+        self.unowned_since.retain(|p, _| !owned.contains(p));
+        let now = std::time::Instant::now();
+        let after = self.opts.drop_views_after;
+        let recently = |t: std::time::Instant| now.duration_since(t) < Duration::from_secs(1);
+        if !after.is_zero() && self.unowned_checked.is_some_and(recently) {
+            return Ok(());
+        }
+        self.unowned_checked = Some(now);
         let log = self.log.clone();
         let partition_of = |key: &str| log.partition_of(Topic::Ledger, key.as_bytes());
         for p in (0..log.partitions(Topic::Ledger)).filter(|p| !owned.contains(p)) {
             if self.views.offset(Topic::Ledger, p)? == 0 {
+                self.unowned_since.remove(&p);
+                continue;
+            }
+            let since = *self.unowned_since.entry(p).or_insert(now);
+            if now.duration_since(since) < after {
                 continue;
             }
             let runs = self.views.forget_partition(p, &partition_of)?;
+            self.unowned_since.remove(&p);
             tracing::info!(
                 partition = p,
                 runs,
